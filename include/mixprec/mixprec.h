@@ -1,0 +1,9 @@
+// mixprec: PyTorch's automatic mixed precision for LibTorch. Include this one header.
+#pragma once
+
+#include "mixprec/amp_optimizer.h"
+#include "mixprec/autocast.h"
+#include "mixprec/functional.h"
+#include "mixprec/grad_scaler.h"
+#include "mixprec/grad_scaler_options.h"
+

@@ -1,0 +1,12 @@
+// Uses mixprec::mixprec (the LibTorch API) from a consumer project.
+#include <mixprec/mixprec.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+int main() {
+  mixprec::GradScaler scaler(mixprec::GradScalerOptions().init_scale(8.0));
+  const torch::Tensor scaled = scaler.scale(torch::ones({2}));
+  std::cout << "consumer_torch: " << scaler << "\n";
+  return scaled.sum().item<float>() == 16.0f ? 0 : 1;
+}

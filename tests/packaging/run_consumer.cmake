@@ -1,0 +1,30 @@
+# Script run by the packaging tests: installs mixprec (find_package mode) or points at its
+# sources (add_subdirectory mode), then configures, builds and runs the consumer project.
+set(consumer_src ${CMAKE_CURRENT_LIST_DIR}/consumer)
+set(build ${WORK_DIR}/${MODE})
+set(prefix ${WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${build})
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+if(MODE STREQUAL "find_package")
+  file(REMOVE_RECURSE ${prefix})
+  run(${CMAKE_COMMAND} --install ${MIXPREC_BINARY_DIR} --prefix ${prefix})
+  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
+      -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH})
+else()
+  # Core only: the LibTorch part of add_subdirectory is the same code as the main build.
+  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
+      -DCONSUMER_MODE=add_subdirectory -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=OFF)
+endif()
+run(${CMAKE_COMMAND} --build ${build})
+run(${build}/consumer_core)
+if(WITH_TORCH AND MODE STREQUAL "find_package")
+  run(${build}/consumer_torch)
+endif()
