@@ -1,0 +1,161 @@
+// The functional AMP ops on LibTorch tensors (include/mixprec/functional.h): argument checks in
+// PyTorch's words, then the core kernels through core/kernels.h — no per-element LibTorch ops.
+#include "mixprec/functional.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "mixprec/core/kernels.h"
+#include "torch/views.h"
+
+namespace mixprec {
+namespace detail {
+
+core::DType to_core_dtype(c10::ScalarType type, const char* who) {
+  switch (type) {
+    case at::kFloat: return core::DType::kFloat32;
+    case at::kDouble: return core::DType::kFloat64;
+    case at::kHalf: return core::DType::kFloat16;
+    case at::kBFloat16: return core::DType::kBFloat16;
+    default:
+      TORCH_CHECK(false, who, ": expected a float32, float64, float16 or bfloat16 tensor, got ",
+                  type);
+  }
+  return core::DType::kFloat32;  // unreachable
+}
+
+core::Device to_core_device(const c10::Device& device, const char* who) {
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(), who,
+              ": only CPU and CUDA tensors are supported, got a tensor on ", device);
+  return {device.is_cpu() ? core::DeviceType::kCPU : core::DeviceType::kCUDA,
+          device.is_cpu() ? -1 : static_cast<int>(device.index())};
+}
+
+core::TensorView to_view(const at::Tensor& t, const char* who) {
+  TORCH_INTERNAL_ASSERT(t.numel() == 0 || t.is_non_overlapping_and_dense());
+  // A dense tensor covers exactly numel elements from its lowest address, which is data_ptr()
+  // because LibTorch strides are never negative.
+  return {t.numel() == 0 ? nullptr : t.data_ptr(), t.numel(), to_core_dtype(t.scalar_type(), who),
+          to_core_device(t.device(), who)};
+}
+
+namespace {
+
+void check_scalar_tensor(const at::Tensor& t, const char* name, c10::ScalarType dtype,
+                         const char* dtype_word, const c10::Device& device) {
+  TORCH_CHECK(t.defined(), name, " must be a defined tensor.");
+  TORCH_CHECK(t.numel() == 1, name, " must be a 1-element tensor.");
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be a ", dtype_word, " tensor.");
+  TORCH_CHECK(t.device() == device,
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              device, " and ", t.device(), "! (", name, ")");
+}
+
+}  // namespace
+}  // namespace detail
+
+void non_finite_check_and_unscale_(at::TensorList grads, at::Tensor& found_inf,
+                                   const at::Tensor& inv_scale) {
+  constexpr const char* kWho = "non_finite_check_and_unscale_";
+  if (grads.empty()) return;  // as PyTorch: an empty list checks nothing
+  const c10::Device device = grads[0].device();
+  detail::check_scalar_tensor(inv_scale, "inv_scale", at::kFloat, "float", device);
+  detail::check_scalar_tensor(found_inf, "found_inf", at::kFloat, "float", device);
+  TORCH_CHECK(found_inf.is_contiguous() && inv_scale.is_contiguous(), kWho,
+              ": found_inf and inv_scale must be contiguous");
+
+  std::vector<core::TensorView> views;
+  views.reserve(grads.size());
+  // Non-dense grads (e.g. g[:, :5]) are unscaled in a dense copy that is written back after.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  for (const at::Tensor& g : grads) {
+    TORCH_CHECK(g.layout() == c10::kStrided, "one of scaled_grads was not a strided tensor.");
+    TORCH_CHECK(g.device() == device, "scaled_grads must be on the same device.");
+    detail::to_core_dtype(g.scalar_type(), kWho);
+    if (g.numel() == 0) continue;
+    if (g.is_non_overlapping_and_dense()) {
+      views.push_back(detail::to_view(g, kWho));
+    } else {
+      copies.emplace_back(g, g.contiguous());
+      views.push_back(detail::to_view(copies.back().second, kWho));
+    }
+  }
+  core::non_finite_check_and_unscale_(views, found_inf.data_ptr<float>(),
+                                      inv_scale.data_ptr<float>());
+  if (!copies.empty()) {
+    c10::NoGradGuard no_grad;
+    for (auto& [original, dense] : copies) original.copy_(dense);
+  }
+}
+
+void update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
+                   double growth_factor, double backoff_factor, std::int64_t growth_interval) {
+  TORCH_CHECK(growth_tracker.defined() && scale.defined() && found_inf.defined(),
+              "update_scale_: scale, growth_tracker and found_inf must be defined tensors.");
+  TORCH_CHECK(growth_tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
+  TORCH_CHECK(scale.numel() == 1, "current_scale must be a 1-element tensor.");
+  TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
+  TORCH_CHECK(growth_tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat, "current_scale must be a float tensor.");
+  TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
+  TORCH_CHECK(scale.device() == growth_tracker.device() && scale.device() == found_inf.device(),
+              "Expected all tensors to be on the same device, but found scale on ",
+              scale.device(), ", growth_tracker on ", growth_tracker.device(),
+              " and found_inf on ", found_inf.device());
+  core::ScalePolicy policy;
+  policy.growth_factor = growth_factor;
+  policy.backoff_factor = backoff_factor;
+  policy.growth_interval = growth_interval;
+  core::update_scale_(scale.data_ptr<float>(), growth_tracker.data_ptr<std::int32_t>(),
+                      found_inf.data_ptr<float>(), policy,
+                      detail::to_core_device(scale.device(), "update_scale_"));
+}
+
+std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(torch::optim::Optimizer& optimizer,
+                                                               const at::Tensor& inv_scale,
+                                                               const at::Tensor& found_inf,
+                                                               bool allow_fp16) {
+  // device -> dtype -> grads, each level in first-seen order.
+  using DTypeBuckets = std::vector<std::pair<c10::ScalarType, std::vector<at::Tensor>>>;
+  std::vector<std::pair<c10::Device, DTypeBuckets>> buckets;
+  c10::NoGradGuard no_grad;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) continue;
+      TORCH_CHECK_VALUE(allow_fp16 || param.grad().scalar_type() != at::kHalf,
+                        "Attempting to unscale FP16 gradients.");
+      at::Tensor to_unscale;
+      if (param.grad().is_sparse()) {
+        // Coalescing sums duplicate indices, which may overflow fp16: check the sums.
+        if (param.grad().scalar_type() == at::kHalf) param.mutable_grad() = param.grad().coalesce();
+        to_unscale = param.grad()._values();
+      } else {
+        to_unscale = param.grad();
+      }
+      const c10::Device device = to_unscale.device();
+      auto dev = std::find_if(buckets.begin(), buckets.end(),
+                              [&](const auto& b) { return b.first == device; });
+      if (dev == buckets.end()) dev = buckets.insert(buckets.end(), {device, {}});
+      auto& dtypes = dev->second;
+      auto typ = std::find_if(dtypes.begin(), dtypes.end(),
+                              [&](const auto& b) { return b.first == to_unscale.scalar_type(); });
+      if (typ == dtypes.end()) typ = dtypes.insert(dtypes.end(), {to_unscale.scalar_type(), {}});
+      typ->second.push_back(std::move(to_unscale));
+    }
+  }
+  std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
+  for (auto& [device, dtypes] : buckets) {
+    // Always a copy, even on the master's device (PyTorch's _MultiDeviceReplicator).
+    at::Tensor found = found_inf.to(device, /*non_blocking=*/true, /*copy=*/true);
+    const at::Tensor inv = inv_scale.to(device, /*non_blocking=*/true, /*copy=*/true);
+    for (auto& [dtype, grads] : dtypes) non_finite_check_and_unscale_(grads, found, inv);
+    found_inf_per_device.emplace_back(device, std::move(found));
+  }
+  return found_inf_per_device;
+}
+
+}  // namespace mixprec

@@ -1,0 +1,316 @@
+// mixprec::GradScaler (include/mixprec/grad_scaler.h): PyTorch's torch/amp/grad_scaler.py
+// behaviour on LibTorch. Kernels and the update rule live in the core; this file is the policy
+// object: lazy state, the per-optimizer state machine, and checkpoints.
+#include "mixprec/grad_scaler.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "mixprec/amp_optimizer.h"
+#include "mixprec/core/error.h"
+#include "mixprec/core/loss_scaler.h"
+#include "mixprec/functional.h"
+
+namespace mixprec {
+namespace {
+
+constexpr const char* kNoScaleHint =
+    "This may indicate your script did not use scaler.scale(loss or outputs) earlier in the "
+    "iteration.";
+
+// Note [found_inf is 0 or 1]
+// PyTorch's fused optimizers skip only when found_inf == 1, but GradScaler hands them the *sum*
+// over devices, so two devices that both overflowed (found_inf == 2) make the fused step run on
+// inf gradients and subtract 2 from the step counter. mixprec combines found_inf with max, so the
+// value is always 0 or 1, and SupportsAmpScaling optimizers treat any non-zero value as "skip".
+at::Tensor combine_found_inf(const FoundInfPerDevice& found, const c10::Device& device) {
+  if (found.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  at::Tensor combined = found.front().second.to(device, /*non_blocking=*/true, /*copy=*/true);
+  for (std::size_t i = 1; i < found.size(); ++i) {
+    combined = at::maximum(combined, found[i].second.to(device, /*non_blocking=*/true));
+  }
+  return combined;
+}
+
+}  // namespace
+
+GradScaler::GradScaler() : GradScaler(GradScalerOptions()) {}
+
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(options), init_scale_(options.init_scale()) {
+  if (options_.enabled()) {
+    try {
+      core::validate_scaler_options("GradScaler", options_.init_scale(), options_.policy());
+    } catch (const core::Error& e) {
+      TORCH_CHECK(false, e.what());
+    }
+  }
+}
+
+GradScaler::GradScaler(GradScaler&&) noexcept = default;
+GradScaler& GradScaler::operator=(GradScaler&&) noexcept = default;
+GradScaler::~GradScaler() = default;
+
+std::pair<at::Tensor, at::Tensor> GradScaler::check_scale_growth_tracker(
+    const char* funcname) const {
+  TORCH_CHECK(scale_.defined(), "Attempted ", funcname, " but _scale is None.  ", kNoScaleHint);
+  TORCH_CHECK(growth_tracker_.defined(), "Attempted ", funcname,
+              " but _growth_tracker is None.  ", kNoScaleHint);
+  return {scale_, growth_tracker_};
+}
+
+void GradScaler::lazy_init_scale_growth_tracker(c10::Device device) {
+  TORCH_INTERNAL_ASSERT(!growth_tracker_.defined(), "_growth_tracker initialized before _scale");
+  scale_ = at::full({}, init_scale_, at::TensorOptions().dtype(at::kFloat).device(device));
+  growth_tracker_ = at::full({}, init_growth_tracker_,
+                             at::TensorOptions().dtype(at::kInt).device(device));
+}
+
+GradScaler::PerOptimizerState& GradScaler::state_for(const torch::optim::Optimizer& optimizer) {
+  for (auto& s : per_optimizer_states_) {
+    if (s.optimizer == &optimizer) return s;
+  }
+  per_optimizer_states_.push_back(PerOptimizerState{&optimizer, OptState::kReady, {}});
+  return per_optimizer_states_.back();
+}
+
+const GradScaler::PerOptimizerState* GradScaler::find_state(
+    const torch::optim::Optimizer& optimizer) const {
+  for (const auto& s : per_optimizer_states_) {
+    if (s.optimizer == &optimizer) return &s;
+  }
+  return nullptr;
+}
+
+at::Tensor GradScaler::scale(const at::Tensor& outputs) {
+  if (!options_.enabled()) return outputs;
+  if (!scale_.defined()) lazy_init_scale_growth_tracker(outputs.device());
+  return outputs * scale_.to(outputs.device(), /*non_blocking=*/true);
+}
+
+std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
+  if (!options_.enabled()) return outputs;
+  std::vector<at::Tensor> scaled;
+  scaled.reserve(outputs.size());
+  std::vector<std::pair<c10::Device, at::Tensor>> per_device;  // one scale copy per device
+  for (const at::Tensor& out : outputs) {
+    if (!scale_.defined()) lazy_init_scale_growth_tracker(out.device());
+    auto it = std::find_if(per_device.begin(), per_device.end(),
+                           [&](const auto& p) { return p.first == out.device(); });
+    if (it == per_device.end()) {
+      it = per_device.insert(per_device.end(),
+                             {out.device(), scale_.to(out.device(), /*non_blocking=*/true)});
+    }
+    scaled.push_back(out * it->second);
+  }
+  return scaled;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled()) return;
+  check_scale_growth_tracker("unscale_");
+  PerOptimizerState& state = state_for(optimizer);
+  TORCH_CHECK(state.stage != OptState::kUnscaled,
+              "unscale_() has already been called on this optimizer since the last update().");
+  TORCH_CHECK(state.stage != OptState::kStepped, "unscale_() is being called after step().");
+  // The reciprocal in double, rounded to float: exact for powers of two (spec §2.4).
+  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  const at::Tensor found_inf = at::zeros({}, scale_.options());
+  state.found_inf_per_device = unscale_grads_(optimizer, inv_scale, found_inf, false);
+  state.stage = OptState::kUnscaled;
+}
+
+at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimizerState& state) {
+  auto& amp = dynamic_cast<SupportsAmpScaling&>(optimizer);
+  if (state.stage == OptState::kReady) {
+    // Record found_inf from the still-scaled grads; the optimizer unscales them itself.
+    const at::Tensor one = at::ones({}, scale_.options());
+    const at::Tensor zero = at::zeros({}, scale_.options());
+    state.found_inf_per_device = unscale_grads_(optimizer, one, zero, /*allow_fp16=*/true);
+  }
+  const at::Tensor found_inf = combine_found_inf(state.found_inf_per_device, scale_.device());
+  const at::Tensor preset = amp.grad_scale;
+  if (state.stage == OptState::kUnscaled) {
+    amp.grad_scale = preset;  // grads are already unscaled; keep only a user's own scale
+  } else {
+    amp.grad_scale = preset.defined() ? scale_ * preset.to(scale_.device()) : scale_;
+  }
+  amp.found_inf = found_inf;
+  // The attributes do not outlive the step, also when step() throws (as PyTorch deletes them).
+  struct ClearOnExit {
+    SupportsAmpScaling& amp;
+    ~ClearOnExit() {
+      amp.grad_scale = at::Tensor();
+      amp.found_inf = at::Tensor();
+    }
+  } clear{amp};
+  at::Tensor result = optimizer.step();
+  state.stage = OptState::kStepped;
+  return result;
+}
+
+at::Tensor GradScaler::step(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled()) return optimizer.step();
+  check_scale_growth_tracker("step");
+  TORCH_CHECK(state_for(optimizer).stage != OptState::kStepped,
+              "step() has already been called since the last update().");
+  if (dynamic_cast<SupportsAmpScaling*>(&optimizer) != nullptr) {
+    return step_fused(optimizer, state_for(optimizer));
+  }
+  if (state_for(optimizer).stage == OptState::kReady) unscale_(optimizer);
+  PerOptimizerState& state = state_for(optimizer);
+  TORCH_CHECK(!state.found_inf_per_device.empty(),
+              "No inf checks were recorded for this optimizer. This happens when none of its "
+              "parameters has a .grad: did backward() reach them?");
+  // One host read per device, stopping at the first overflow.
+  bool found_inf = false;
+  for (const auto& [device, found] : state.found_inf_per_device) {
+    if (found.item<float>() != 0.0f) {
+      found_inf = true;
+      break;
+    }
+  }
+  at::Tensor result = found_inf ? at::Tensor() : optimizer.step();
+  state_for(optimizer).stage = OptState::kStepped;
+  return result;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled()) return;
+  check_scale_growth_tracker("update");
+  FoundInfPerDevice all;
+  for (const auto& s : per_optimizer_states_) {
+    all.insert(all.end(), s.found_inf_per_device.begin(), s.found_inf_per_device.end());
+  }
+  TORCH_CHECK(!all.empty(), "No inf checks were recorded prior to update.");
+  const at::Tensor found_inf = all.size() == 1 && all.front().first == scale_.device()
+                                   ? all.front().second
+                                   : combine_found_inf(all, scale_.device());
+  update_scale_(scale_, growth_tracker_, found_inf, options_.growth_factor(),
+                options_.backoff_factor(), options_.growth_interval());
+  per_optimizer_states_.clear();
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled()) return;
+  check_scale_growth_tracker("update");
+  scale_.fill_(new_scale);
+  per_optimizer_states_.clear();
+}
+
+void GradScaler::update(const at::Tensor& new_scale) {
+  if (!options_.enabled()) return;
+  check_scale_growth_tracker("update");
+  constexpr const char* kReason =
+      "new_scale should be a float or a 1-element torch.cuda.FloatTensor or                     "
+      "torch.FloatTensor with requires_grad=False.";
+  TORCH_CHECK(new_scale.defined() && new_scale.device().type() == scale_.device().type(), kReason,
+              " (it must be on the scale's device type, ", scale_.device().type(), ")");
+  TORCH_CHECK(new_scale.numel() == 1, kReason, " (got ", new_scale.numel(), " elements)");
+  TORCH_CHECK(!new_scale.requires_grad(), kReason, " (got requires_grad=True)");
+  c10::NoGradGuard no_grad;
+  scale_.copy_(new_scale.reshape({}));
+  per_optimizer_states_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled()) return 1.0;
+  if (!scale_.defined()) return init_scale_;
+  return static_cast<double>(scale_.item<float>());
+}
+
+at::Tensor GradScaler::get_scale_async() const { return scale_; }
+
+std::int64_t GradScaler::get_growth_tracker() const {
+  if (!options_.enabled()) return 0;
+  if (!growth_tracker_.defined()) return init_growth_tracker_;
+  return growth_tracker_.item<std::int32_t>();
+}
+
+double GradScaler::get_growth_factor() const { return options_.growth_factor(); }
+void GradScaler::set_growth_factor(double new_factor) { options_.growth_factor(new_factor); }
+double GradScaler::get_backoff_factor() const { return options_.backoff_factor(); }
+void GradScaler::set_backoff_factor(double new_factor) { options_.backoff_factor(new_factor); }
+std::int64_t GradScaler::get_growth_interval() const { return options_.growth_interval(); }
+void GradScaler::set_growth_interval(std::int64_t new_interval) {
+  options_.growth_interval(new_interval);
+}
+bool GradScaler::is_enabled() const { return options_.enabled(); }
+
+OptState GradScaler::stage(const torch::optim::Optimizer& optimizer) const {
+  const PerOptimizerState* s = find_state(optimizer);
+  return s == nullptr ? OptState::kReady : s->stage;
+}
+
+FoundInfPerDevice GradScaler::found_inf_per_device(const torch::optim::Optimizer& optimizer) const {
+  const PerOptimizerState* s = find_state(optimizer);
+  return s == nullptr ? FoundInfPerDevice{} : s->found_inf_per_device;
+}
+
+c10::impl::GenericDict GradScaler::state_dict() const {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  if (!options_.enabled()) return dict;
+  dict.insert("scale", get_scale());
+  dict.insert("growth_factor", options_.growth_factor());
+  dict.insert("backoff_factor", options_.backoff_factor());
+  dict.insert("growth_interval", options_.growth_interval());
+  dict.insert("_growth_tracker", get_growth_tracker());
+  return dict;
+}
+
+namespace {
+
+const c10::IValue& require_key(const c10::impl::GenericDict& dict, const char* key) {
+  auto it = dict.find(c10::IValue(std::string(key)));
+  TORCH_CHECK(it != dict.end(), "GradScaler.load_state_dict: missing key \"", key, "\"");
+  return it->value();
+}
+
+double require_double(const c10::impl::GenericDict& dict, const char* key) {
+  const c10::IValue& v = require_key(dict, key);
+  TORCH_CHECK(v.isDouble() || v.isInt(), "GradScaler.load_state_dict: \"", key,
+              "\" must be a float, got ", v.tagKind());
+  return v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt());
+}
+
+std::int64_t require_int(const c10::impl::GenericDict& dict, const char* key) {
+  const c10::IValue& v = require_key(dict, key);
+  TORCH_CHECK(v.isInt(), "GradScaler.load_state_dict: \"", key, "\" must be an int, got ",
+              v.tagKind());
+  return v.toInt();
+}
+
+}  // namespace
+
+void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
+  if (!options_.enabled()) return;
+  TORCH_CHECK(!state_dict.empty(),
+              "The source state dict is empty, possibly because it was saved from a disabled "
+              "instance of GradScaler.");
+  // Read and check everything before changing anything, so a bad dict leaves the scaler as it was.
+  const double scale = require_double(state_dict, "scale");
+  const double growth_factor = require_double(state_dict, "growth_factor");
+  const double backoff_factor = require_double(state_dict, "backoff_factor");
+  const std::int64_t growth_interval = require_int(state_dict, "growth_interval");
+  const std::int64_t growth_tracker = require_int(state_dict, "_growth_tracker");
+
+  init_scale_ = scale;
+  if (scale_.defined()) scale_.fill_(scale);
+  options_.growth_factor(growth_factor).backoff_factor(backoff_factor).growth_interval(growth_interval);
+  init_growth_tracker_ = growth_tracker;
+  if (growth_tracker_.defined()) growth_tracker_.fill_(growth_tracker);
+}
+
+std::ostream& operator<<(std::ostream& out, const GradScaler& scaler) {
+  return out << "GradScaler(scale=" << scaler.get_scale()
+             << ", growth_factor=" << scaler.get_growth_factor()
+             << ", backoff_factor=" << scaler.get_backoff_factor()
+             << ", growth_interval=" << scaler.get_growth_interval()
+             << ", enabled=" << (scaler.is_enabled() ? "true" : "false") << ")";
+}
+
+}  // namespace mixprec
