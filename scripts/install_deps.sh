@@ -9,6 +9,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libhwy-dev
+  clang libclang-rt-14-dev libomp-14-dev
+  gnuplot-nox
+  libgloo-dev
 )
 
 missing=()

@@ -7,13 +7,18 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "mixprec/grad_scaler_options.h"
+#include "mixprec/telemetry.h"
 
 namespace mixprec {
 
@@ -113,13 +118,52 @@ class GradScaler {
   /// The found_inf tensors recorded for `optimizer` in this iteration (empty if none).
   FoundInfPerDevice found_inf_per_device(const torch::optim::Optimizer& optimizer) const;
 
+  // ---- beyond PyTorch (docs/options.md) ----
+
+  /// Combines a found_inf tensor across processes in place (MAX, so it stays 0 or 1).
+  using FoundInfReducer = std::function<void(at::Tensor& found_inf)>;
+  /// Makes every found_inf this scaler records (by unscale_, or by step() for a
+  /// SupportsAmpScaling optimizer) pass through `reducer` before any skip decision, so that all
+  /// data-parallel ranks skip or step together and keep identical scales. See
+  /// mixprec/distributed.h for c10d process groups; any communicator can be plugged in here.
+  /// An empty reducer removes it.
+  void set_found_inf_reducer(FoundInfReducer reducer);
+
+  /// Whether the last step() on `optimizer` applied the update (false: skipped on inf/NaN). Known
+  /// without a device sync on the regular path; for a SupportsAmpScaling optimizer it reads
+  /// found_inf (a sync on CUDA). Survives update(); false if step() was never called.
+  bool last_step_applied(const torch::optim::Optimizer& optimizer) const;
+  /// The found_inf (0 or 1, float32) the last step() on `optimizer` decided with, on the scale's
+  /// device, without a sync (undefined if step() was never called).
+  at::Tensor last_step_found_inf(const torch::optim::Optimizer& optimizer) const;
+
+  /// The telemetry counters (a device sync on CUDA; zeros before the first scale()).
+  ScalerTelemetry telemetry() const;
+  /// The last history_size (iteration, scale, overflow) rows, oldest first (a sync on CUDA).
+  std::vector<ScaleHistoryEntry> history() const;
+  /// Calls `callback` after every update() with what it did (backoff, growth, skip, reaching
+  /// min/max). With callbacks registered, update() reads the counters: a device sync on CUDA.
+  void on_event(std::function<void(const ScaleEventInfo&)> callback);
+
+  /// Names for overflow reports, e.g. `scaler.set_parameter_names(model->named_parameters())`.
+  void set_parameter_names(const torch::OrderedDict<std::string, at::Tensor>& named_parameters);
+  /// Calls `callback` with the report of every overflow found by unscale_ (needs
+  /// GradScalerOptions::diagnose_overflow(true)).
+  void on_overflow(std::function<void(const OverflowReport&)> callback);
+  /// The report of the last overflow found by unscale_ while diagnose_overflow is on.
+  const OverflowReport* last_overflow_report() const;
+
   /// PyTorch-compatible state: "scale" (double), "growth_factor" (double), "backoff_factor"
   /// (double), "growth_interval" (int), "_growth_tracker" (int), in this order; empty when
   /// disabled. Saved with torch::pickle_save it loads in Python as scaler.state_dict() does.
+  /// When options beyond PyTorch are in use (GradScalerOptions::uses_extensions()), further keys
+  /// follow: "mixprec_format" (int, 1) and the extended state (docs/options.md); Python's
+  /// load_state_dict ignores them.
   c10::impl::GenericDict state_dict() const;
-  /// Loads a state_dict() (also one saved from Python). Disabled: a no-op. Throws, leaving the
-  /// scaler as it was, for an empty dict ("The source state dict is empty, ..."), a missing key
-  /// or a value of the wrong type (naming the key).
+  /// Loads a state_dict() (also one saved from Python: mixprec's extra state then takes its
+  /// defaults). Disabled: a no-op. Throws, leaving the scaler as it was, for an empty dict
+  /// ("The source state dict is empty, ..."), a missing key, a value of the wrong type, a
+  /// non-finite or non-positive scale, a negative tracker or an unknown format (naming the key).
   void load_state_dict(const c10::impl::GenericDict& state_dict);
 
  private:
@@ -129,7 +173,20 @@ class GradScaler {
     FoundInfPerDevice found_inf_per_device;
   };
 
+  struct LastStep {
+    const void* optimizer = nullptr;
+    bool skipped_known = false;  // regular path: decided on the host
+    bool skipped = false;
+    at::Tensor found_inf;
+  };
+
   std::pair<at::Tensor, at::Tensor> check_scale_growth_tracker(const char* funcname) const;
+  void record_last_step(const torch::optim::Optimizer& optimizer, bool skipped_known,
+                        bool skipped, at::Tensor found_inf);
+  void dispatch_events();
+  void record_found_inf(torch::optim::Optimizer& optimizer, PerOptimizerState& state,
+                        FoundInfPerDevice found);
+  void diagnose(torch::optim::Optimizer& optimizer, const FoundInfPerDevice& found);
   void lazy_init_scale_growth_tracker(c10::Device device);
   PerOptimizerState& state_for(const torch::optim::Optimizer& optimizer);
   const PerOptimizerState* find_state(const torch::optim::Optimizer& optimizer) const;
@@ -141,6 +198,21 @@ class GradScaler {
   at::Tensor scale_;           // 0-dim float32, created by the first scale()
   at::Tensor growth_tracker_;  // 0-dim int32, created with scale_
   std::vector<PerOptimizerState> per_optimizer_states_;  // in first-seen order
+
+  // Beyond PyTorch. counters_: core::kNumCounters int64 on the scale's device (see
+  // core::Counter); history_: history_size x 3 doubles. init_* hold loaded values until the
+  // lazy init creates the tensors, as init_scale_ does.
+  at::Tensor counters_;
+  at::Tensor history_;
+  std::vector<std::int64_t> init_counters_;
+  std::vector<double> init_history_;
+  std::vector<LastStep> last_steps_;
+  FoundInfReducer found_inf_reducer_;
+  std::vector<std::function<void(const ScaleEventInfo&)>> event_callbacks_;
+  std::function<void(const OverflowReport&)> overflow_callback_;
+  std::unordered_map<const void*, std::string> parameter_names_;
+  bool has_overflow_report_ = false;
+  OverflowReport last_overflow_report_;
 };
 
 /// One line with plain numbers, e.g.

@@ -6,4 +6,6 @@
 #include "mixprec/functional.h"
 #include "mixprec/grad_scaler.h"
 #include "mixprec/grad_scaler_options.h"
+#include "mixprec/optim.h"
+#include "mixprec/telemetry.h"
 

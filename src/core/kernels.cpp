@@ -33,12 +33,14 @@ namespace {
 
 const char* device_name(DeviceType type) { return type == DeviceType::kCPU ? "cpu" : "cuda"; }
 
+#ifndef MIXPREC_WITH_CUDA
 [[noreturn]] void throw_no_cuda(const char* who) {
   MIXPREC_CHECK(false, who,
                 ": got CUDA buffers, but this build of mixprec has no CUDA kernels. "
                 "Configure with -DMIXPREC_WITH_CUDA=ON.");
   __builtin_unreachable();
 }
+#endif
 
 }  // namespace
 
@@ -72,18 +74,21 @@ void non_finite_check_and_unscale_(const TensorView* grads, std::size_t count, f
 }
 
 void update_scale_(float* scale, std::int32_t* growth_tracker, const float* found_inf,
-                   const ScalePolicy& policy, Device device, void* stream) {
+                   const ScalePolicy& policy, Device device, void* stream, std::int64_t* counters,
+                   double* history, std::int64_t history_capacity) {
   constexpr const char* kWho = "update_scale_";
   MIXPREC_CHECK(scale != nullptr && growth_tracker != nullptr && found_inf != nullptr, kWho,
                 ": scale, growth_tracker and found_inf must not be null");
+  MIXPREC_CHECK(history_capacity >= 0, kWho, ": history_capacity must be >= 0, got ",
+                history_capacity);
   if (device.type == DeviceType::kCPU) {
-    const ScaleState next = next_scale_state({*scale, *growth_tracker}, *found_inf, policy);
-    *scale = next.scale;
-    *growth_tracker = next.growth_tracker;
+    update_scale_state(scale, growth_tracker, counters, history, history_capacity, *found_inf,
+                       policy);
     return;
   }
 #ifdef MIXPREC_WITH_CUDA
-  cuda::update_scale(scale, growth_tracker, found_inf, policy, stream);
+  cuda::update_scale(scale, growth_tracker, found_inf, policy, stream, counters, history,
+                     history_capacity);
 #else
   (void)stream;
   throw_no_cuda(kWho);

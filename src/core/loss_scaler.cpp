@@ -21,6 +21,13 @@ void validate_scaler_options(const char* who, double init_scale, const ScalePoli
                 ": backoff_factor must be in (0, 1), got ", policy.backoff_factor);
   MIXPREC_CHECK(policy.growth_interval >= 1, who, ": growth_interval must be >= 1, got ",
                 policy.growth_interval);
+  MIXPREC_CHECK(policy.hysteresis >= 1, who, ": hysteresis must be >= 1, got ", policy.hysteresis);
+  MIXPREC_CHECK(std::isfinite(policy.min_scale) && policy.min_scale >= 0.0f, who,
+                ": min_scale must be finite and >= 0, got ", policy.min_scale);
+  MIXPREC_CHECK(policy.max_scale > 0.0f && !std::isnan(policy.max_scale), who,
+                ": max_scale must be > 0, got ", policy.max_scale);
+  MIXPREC_CHECK(policy.min_scale <= policy.max_scale, who, ": min_scale (", policy.min_scale,
+                ") must not exceed max_scale (", policy.max_scale, ")");
 }
 
 LossScaler::LossScaler(LossScalerOptions options) : policy_(options.policy) {

@@ -1,11 +1,18 @@
-// CPU unscale-and-check: the scalar, obviously-correct version of the kernel.
-// The SIMD/multithreaded version replaces the body of non_finite_check_and_unscale() and must
-// keep passing tests/core/unscale_conformance_test.cpp unchanged.
+// CPU unscale-and-check: cuts the views into pieces, runs them on OpenMP threads and ORs the
+// workers' found flags after the join. The per-element SIMD work is in unscale_simd.cpp; it must
+// keep passing tests/core/unscale_conformance_test.cpp for every target and thread count.
 #include "cpu/unscale.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
-#include "mixprec/core/half.h"
+#include "cpu/threads.h"
+#include "cpu/unscale_targets.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
 #error "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
@@ -14,49 +21,78 @@
 namespace mixprec::core::cpu {
 namespace {
 
-// Returns whether any element was non-finite. `Load` widens a stored element to the compute type,
-// `Store` rounds it back, `NonFinite` tests the stored bits.
-template <typename Storage, typename Compute, typename Load, typename Store, typename NonFinite>
-bool unscale_span(Storage* data, std::int64_t n, Compute inv_scale, Load load, Store store,
-                  NonFinite nonfinite) {
-  bool found = false;
-  if (inv_scale == Compute(1)) {
-    for (std::int64_t i = 0; i < n; ++i) found |= nonfinite(data[i]);
-    return found;
-  }
-  for (std::int64_t i = 0; i < n; ++i) {
-    found |= nonfinite(data[i]);
-    data[i] = store(load(data[i]) * inv_scale);
-  }
-  return found;
+// Note [Chunking across tensors]
+// The work is a flat list of pieces (a whole view, or a slice of a large one), grouped into
+// tasks of about kTaskBytes that the threads take dynamically. The cost thus depends on the
+// bytes, not on how they are cut into tensors: 4096 tensors of 16K elements are shared out like
+// one tensor of 64M. Dynamic hand-out keeps every thread busy when a core is shared with other
+// work. Each element is computed the same way whichever thread takes it and the per-thread found
+// flags are OR-ed after the join, so results do not depend on the thread count.
+constexpr std::int64_t kTaskBytes = 128 * 1024;
+// Below this much work per thread, waking threads costs more than it saves.
+constexpr std::int64_t kMinBytesPerThread = 512 * 1024;
+
+std::int64_t bytes_of(const TensorView& view) {
+  return view.numel * static_cast<std::int64_t>(element_size(view.dtype));
 }
 
-bool unscale_view(const TensorView& view, float inv_scale) {
-  const auto identity = [](auto v) { return v; };
-  switch (view.dtype) {
-    case DType::kFloat32:
-      return unscale_span(static_cast<float*>(view.data), view.numel, inv_scale, identity,
-                          identity, [](float v) { return is_nonfinite(v); });
-    case DType::kFloat64:
-      return unscale_span(static_cast<double*>(view.data), view.numel,
-                          static_cast<double>(inv_scale), identity, identity,
-                          [](double v) { return is_nonfinite(v); });
-    case DType::kFloat16:
-      return unscale_span(static_cast<std::uint16_t*>(view.data), view.numel, inv_scale,
-                          half_bits_to_float, float_to_half_bits, half_bits_nonfinite);
-    case DType::kBFloat16:
-      return unscale_span(static_cast<std::uint16_t*>(view.data), view.numel, inv_scale,
-                          bf16_bits_to_float, float_to_bf16_bits, bf16_bits_nonfinite);
+#ifdef _OPENMP
+bool unscale_parallel(const TensorView* grads, std::size_t count, float inv_scale, int threads) {
+  std::vector<TensorView> pieces;
+  std::vector<std::size_t> task_starts{0};
+  std::int64_t task_bytes = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const TensorView& g = grads[i];
+    const auto size = static_cast<std::int64_t>(element_size(g.dtype));
+    const std::int64_t per_piece = kTaskBytes / size;  // a multiple of every SIMD width
+    for (std::int64_t begin = 0; begin < g.numel; begin += per_piece) {
+      const std::int64_t n = std::min(per_piece, g.numel - begin);
+      pieces.push_back({static_cast<unsigned char*>(g.data) + begin * size, n, g.dtype, g.device});
+      task_bytes += n * size;
+      if (task_bytes >= kTaskBytes) {
+        task_starts.push_back(pieces.size());
+        task_bytes = 0;
+      }
+    }
   }
-  return false;
+  if (task_starts.back() != pieces.size()) task_starts.push_back(pieces.size());
+  const auto num_tasks = static_cast<std::int64_t>(task_starts.size()) - 1;
+
+  std::vector<unsigned char> found(static_cast<std::size_t>(threads), 0);
+#pragma omp parallel num_threads(threads)
+  {
+    bool mine = false;  // this worker's flag: no shared writes inside the loop
+#pragma omp for schedule(dynamic, 1) nowait
+    for (std::int64_t t = 0; t < num_tasks; ++t) {
+      const std::size_t first = task_starts[static_cast<std::size_t>(t)];
+      const std::size_t last = task_starts[static_cast<std::size_t>(t) + 1];
+      mine |= unscale_views(pieces.data() + first, last - first, inv_scale);
+    }
+    found[static_cast<std::size_t>(omp_get_thread_num())] = mine ? 1 : 0;
+  }
+  return std::any_of(found.begin(), found.end(), [](unsigned char f) { return f != 0; });
 }
+#endif
 
 }  // namespace
 
 void non_finite_check_and_unscale(const TensorView* grads, std::size_t count, float* found_inf,
                                   float inv_scale) {
-  bool found = false;
-  for (std::size_t i = 0; i < count; ++i) found |= unscale_view(grads[i], inv_scale);
+  std::int64_t total_bytes = 0;
+  for (std::size_t i = 0; i < count; ++i) total_bytes += bytes_of(grads[i]);
+  const std::int64_t threads =
+      std::min<std::int64_t>(max_threads(), total_bytes / kMinBytesPerThread);
+  bool found;
+#ifdef _OPENMP
+  if (threads > 1) {
+    found = unscale_parallel(grads, count, inv_scale, static_cast<int>(threads));
+  } else {
+    found = unscale_views(grads, count, inv_scale);  // small work: no OpenMP at all
+  }
+#else
+  (void)threads;
+  found = unscale_views(grads, count, inv_scale);
+#endif
   if (found) *found_inf = 1.0f;
 }
 

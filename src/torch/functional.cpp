@@ -12,6 +12,11 @@
 #include "mixprec/core/kernels.h"
 #include "torch/views.h"
 
+#ifdef MIXPREC_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace mixprec {
 namespace detail {
 
@@ -44,6 +49,22 @@ core::TensorView to_view(const at::Tensor& t, const char* who) {
 }
 
 namespace {
+
+// Runs `launch(stream)` for kernels on `device`: for CUDA under a device guard with LibTorch's
+// current stream, so the work is ordered with the user's and nothing waits for the device.
+template <typename Launch>
+void on_device(const c10::Device& device, Launch launch) {
+#ifdef MIXPREC_TORCH_CUDA
+  if (device.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(device);
+    launch(static_cast<void*>(c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+    return;
+  }
+#endif
+  TORCH_CHECK(device.is_cpu(), "mixprec: tensors on ", device,
+              " need a LibTorch and a mixprec built with CUDA (-DMIXPREC_WITH_CUDA=ON)");
+  launch(nullptr);
+}
 
 void check_scalar_tensor(const at::Tensor& t, const char* name, c10::ScalarType dtype,
                          const char* dtype_word, const c10::Device& device) {
@@ -84,16 +105,19 @@ void non_finite_check_and_unscale_(at::TensorList grads, at::Tensor& found_inf,
       views.push_back(detail::to_view(copies.back().second, kWho));
     }
   }
-  core::non_finite_check_and_unscale_(views, found_inf.data_ptr<float>(),
-                                      inv_scale.data_ptr<float>());
+  detail::on_device(device, [&](void* stream) {
+    core::non_finite_check_and_unscale_(views, found_inf.data_ptr<float>(),
+                                        inv_scale.data_ptr<float>(), stream);
+  });
   if (!copies.empty()) {
     c10::NoGradGuard no_grad;
     for (auto& [original, dense] : copies) original.copy_(dense);
   }
 }
 
-void update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
-                   double growth_factor, double backoff_factor, std::int64_t growth_interval) {
+void detail::update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker,
+                                 const at::Tensor& found_inf, const core::ScalePolicy& policy,
+                                 at::Tensor* counters, at::Tensor* history) {
   TORCH_CHECK(growth_tracker.defined() && scale.defined() && found_inf.defined(),
               "update_scale_: scale, growth_tracker and found_inf must be defined tensors.");
   TORCH_CHECK(growth_tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
@@ -106,13 +130,36 @@ void update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tens
               "Expected all tensors to be on the same device, but found scale on ",
               scale.device(), ", growth_tracker on ", growth_tracker.device(),
               " and found_inf on ", found_inf.device());
+  std::int64_t* counter_ptr = nullptr;
+  double* history_ptr = nullptr;
+  std::int64_t history_rows = 0;
+  if (counters != nullptr && counters->defined()) {
+    TORCH_INTERNAL_ASSERT(counters->scalar_type() == at::kLong &&
+                          counters->numel() == core::kNumCounters &&
+                          counters->device() == scale.device() && counters->is_contiguous());
+    counter_ptr = counters->data_ptr<std::int64_t>();
+    if (history != nullptr && history->defined() && history->numel() > 0) {
+      TORCH_INTERNAL_ASSERT(history->scalar_type() == at::kDouble && history->is_contiguous() &&
+                            history->device() == scale.device());
+      history_ptr = history->data_ptr<double>();
+      history_rows = history->size(0);
+    }
+  }
+  on_device(scale.device(), [&](void* stream) {
+    core::update_scale_(scale.data_ptr<float>(), growth_tracker.data_ptr<std::int32_t>(),
+                        found_inf.data_ptr<float>(), policy,
+                        to_core_device(scale.device(), "update_scale_"), stream, counter_ptr,
+                        history_ptr, history_rows);
+  });
+}
+
+void update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
+                   double growth_factor, double backoff_factor, std::int64_t growth_interval) {
   core::ScalePolicy policy;
   policy.growth_factor = growth_factor;
   policy.backoff_factor = backoff_factor;
   policy.growth_interval = growth_interval;
-  core::update_scale_(scale.data_ptr<float>(), growth_tracker.data_ptr<std::int32_t>(),
-                      found_inf.data_ptr<float>(), policy,
-                      detail::to_core_device(scale.device(), "update_scale_"));
+  detail::update_scale_state_(scale, growth_tracker, found_inf, policy, nullptr, nullptr);
 }
 
 std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(torch::optim::Optimizer& optimizer,

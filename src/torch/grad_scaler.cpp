@@ -7,13 +7,14 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <cmath>
 #include <string>
+#include <utility>
 
 #include "mixprec/amp_optimizer.h"
 #include "mixprec/core/error.h"
 #include "mixprec/core/loss_scaler.h"
 #include "mixprec/functional.h"
+#include "torch/views.h"
 
 namespace mixprec {
 namespace {
@@ -41,14 +42,20 @@ at::Tensor combine_found_inf(const FoundInfPerDevice& found, const c10::Device& 
 GradScaler::GradScaler() : GradScaler(GradScalerOptions()) {}
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(options), init_scale_(options.init_scale()) {
-  if (options_.enabled()) {
-    try {
-      core::validate_scaler_options("GradScaler", options_.init_scale(), options_.policy());
-    } catch (const core::Error& e) {
-      TORCH_CHECK(false, e.what());
-    }
+    : options_(std::move(options)), init_scale_(options_.init_scale()) {
+  if (!options_.enabled()) return;
+  try {
+    core::validate_scaler_options("GradScaler", options_.init_scale(), options_.policy());
+  } catch (const core::Error& e) {
+    TORCH_CHECK(false, e.what());
   }
+  TORCH_CHECK(options_.history_size() >= 0, "GradScaler: history_size must be >= 0, got ",
+              options_.history_size());
+  TORCH_CHECK(options_.at_min_scale() != AtMinScale::kCallback || options_.on_min_scale(),
+              "GradScaler: at_min_scale is kCallback but no on_min_scale callback was given");
+  init_counters_.assign(core::kNumCounters, 0);
+  core::init_counters(init_counters_.data(), options_.hysteresis());
+  init_history_.assign(static_cast<std::size_t>(options_.history_size()) * 3, 0.0);
 }
 
 GradScaler::GradScaler(GradScaler&&) noexcept = default;
@@ -68,6 +75,8 @@ void GradScaler::lazy_init_scale_growth_tracker(c10::Device device) {
   scale_ = at::full({}, init_scale_, at::TensorOptions().dtype(at::kFloat).device(device));
   growth_tracker_ = at::full({}, init_growth_tracker_,
                              at::TensorOptions().dtype(at::kInt).device(device));
+  counters_ = at::tensor(init_counters_, at::kLong).to(device);
+  history_ = at::tensor(init_history_, at::kDouble).reshape({options_.history_size(), 3}).to(device);
 }
 
 GradScaler::PerOptimizerState& GradScaler::state_for(const torch::optim::Optimizer& optimizer) {
@@ -120,8 +129,23 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   // The reciprocal in double, rounded to float: exact for powers of two (spec §2.4).
   const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   const at::Tensor found_inf = at::zeros({}, scale_.options());
-  state.found_inf_per_device = unscale_grads_(optimizer, inv_scale, found_inf, false);
+  record_found_inf(optimizer, state, unscale_grads_(optimizer, inv_scale, found_inf, false));
   state.stage = OptState::kUnscaled;
+}
+
+void GradScaler::record_found_inf(torch::optim::Optimizer& optimizer, PerOptimizerState& state,
+                                  FoundInfPerDevice found) {
+  if (found_inf_reducer_) {
+    // A rank without grads still takes part in the collective, with a zero.
+    if (found.empty()) found.emplace_back(scale_.device(), at::zeros({}, scale_.options()));
+    for (auto& [device, f] : found) found_inf_reducer_(f);
+  }
+  state.found_inf_per_device = std::move(found);
+  if (options_.diagnose_overflow()) diagnose(optimizer, state.found_inf_per_device);
+}
+
+void GradScaler::set_found_inf_reducer(FoundInfReducer reducer) {
+  found_inf_reducer_ = std::move(reducer);
 }
 
 at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimizerState& state) {
@@ -130,9 +154,10 @@ at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimiz
     // Record found_inf from the still-scaled grads; the optimizer unscales them itself.
     const at::Tensor one = at::ones({}, scale_.options());
     const at::Tensor zero = at::zeros({}, scale_.options());
-    state.found_inf_per_device = unscale_grads_(optimizer, one, zero, /*allow_fp16=*/true);
+    record_found_inf(optimizer, state, unscale_grads_(optimizer, one, zero, /*allow_fp16=*/true));
   }
   const at::Tensor found_inf = combine_found_inf(state.found_inf_per_device, scale_.device());
+  record_last_step(optimizer, /*skipped_known=*/false, /*skipped=*/false, found_inf);
   const at::Tensor preset = amp.grad_scale;
   if (state.stage == OptState::kUnscaled) {
     amp.grad_scale = preset;  // grads are already unscaled; keep only a user's own scale
@@ -174,6 +199,8 @@ at::Tensor GradScaler::step(torch::optim::Optimizer& optimizer) {
       break;
     }
   }
+  record_last_step(optimizer, /*skipped_known=*/true, found_inf,
+                   combine_found_inf(state.found_inf_per_device, scale_.device()));
   at::Tensor result = found_inf ? at::Tensor() : optimizer.step();
   state_for(optimizer).stage = OptState::kStepped;
   return result;
@@ -190,9 +217,12 @@ void GradScaler::update() {
   const at::Tensor found_inf = all.size() == 1 && all.front().first == scale_.device()
                                    ? all.front().second
                                    : combine_found_inf(all, scale_.device());
-  update_scale_(scale_, growth_tracker_, found_inf, options_.growth_factor(),
-                options_.backoff_factor(), options_.growth_interval());
+  detail::update_scale_state_(scale_, growth_tracker_, found_inf, options_.policy(), &counters_,
+                              &history_);
   per_optimizer_states_.clear();
+  if (!event_callbacks_.empty() || options_.at_min_scale() != AtMinScale::kClamp) {
+    dispatch_events();
+  }
 }
 
 void GradScaler::update(double new_scale) {
@@ -249,68 +279,6 @@ OptState GradScaler::stage(const torch::optim::Optimizer& optimizer) const {
 FoundInfPerDevice GradScaler::found_inf_per_device(const torch::optim::Optimizer& optimizer) const {
   const PerOptimizerState* s = find_state(optimizer);
   return s == nullptr ? FoundInfPerDevice{} : s->found_inf_per_device;
-}
-
-c10::impl::GenericDict GradScaler::state_dict() const {
-  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-  if (!options_.enabled()) return dict;
-  dict.insert("scale", get_scale());
-  dict.insert("growth_factor", options_.growth_factor());
-  dict.insert("backoff_factor", options_.backoff_factor());
-  dict.insert("growth_interval", options_.growth_interval());
-  dict.insert("_growth_tracker", get_growth_tracker());
-  return dict;
-}
-
-namespace {
-
-const c10::IValue& require_key(const c10::impl::GenericDict& dict, const char* key) {
-  auto it = dict.find(c10::IValue(std::string(key)));
-  TORCH_CHECK(it != dict.end(), "GradScaler.load_state_dict: missing key \"", key, "\"");
-  return it->value();
-}
-
-double require_double(const c10::impl::GenericDict& dict, const char* key) {
-  const c10::IValue& v = require_key(dict, key);
-  TORCH_CHECK(v.isDouble() || v.isInt(), "GradScaler.load_state_dict: \"", key,
-              "\" must be a float, got ", v.tagKind());
-  return v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt());
-}
-
-std::int64_t require_int(const c10::impl::GenericDict& dict, const char* key) {
-  const c10::IValue& v = require_key(dict, key);
-  TORCH_CHECK(v.isInt(), "GradScaler.load_state_dict: \"", key, "\" must be an int, got ",
-              v.tagKind());
-  return v.toInt();
-}
-
-}  // namespace
-
-void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
-  if (!options_.enabled()) return;
-  TORCH_CHECK(!state_dict.empty(),
-              "The source state dict is empty, possibly because it was saved from a disabled "
-              "instance of GradScaler.");
-  // Read and check everything before changing anything, so a bad dict leaves the scaler as it was.
-  const double scale = require_double(state_dict, "scale");
-  const double growth_factor = require_double(state_dict, "growth_factor");
-  const double backoff_factor = require_double(state_dict, "backoff_factor");
-  const std::int64_t growth_interval = require_int(state_dict, "growth_interval");
-  const std::int64_t growth_tracker = require_int(state_dict, "_growth_tracker");
-
-  init_scale_ = scale;
-  if (scale_.defined()) scale_.fill_(scale);
-  options_.growth_factor(growth_factor).backoff_factor(backoff_factor).growth_interval(growth_interval);
-  init_growth_tracker_ = growth_tracker;
-  if (growth_tracker_.defined()) growth_tracker_.fill_(growth_tracker);
-}
-
-std::ostream& operator<<(std::ostream& out, const GradScaler& scaler) {
-  return out << "GradScaler(scale=" << scaler.get_scale()
-             << ", growth_factor=" << scaler.get_growth_factor()
-             << ", backoff_factor=" << scaler.get_backoff_factor()
-             << ", growth_interval=" << scaler.get_growth_interval()
-             << ", enabled=" << (scaler.is_enabled() ? "true" : "false") << ")";
 }
 
 }  // namespace mixprec

@@ -4,6 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
+#include "mixprec/core/scale_policy.h"
 #include "mixprec/core/tensor_view.h"
 
 namespace mixprec::detail {
@@ -16,5 +19,19 @@ core::Device to_core_device(const c10::Device& device, const char* who);
 
 /// A view over a non-overlapping, dense tensor's memory (any stride order).
 core::TensorView to_view(const at::Tensor& t, const char* who);
+
+/// update_scale_ with the full policy and, when defined, the telemetry counters (int64,
+/// core::kNumCounters) and history (double, rows x 3) on the scale's device.
+void update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker,
+                         const at::Tensor& found_inf, const core::ScalePolicy& policy,
+                         at::Tensor* counters, at::Tensor* history);
+
+/// The elements of a tensor, read to the host (a device sync for CUDA tensors).
+template <typename T>
+std::vector<T> to_host_vector(const at::Tensor& t) {
+  const at::Tensor host = t.cpu().contiguous();
+  const T* data = host.data_ptr<T>();
+  return std::vector<T>(data, data + host.numel());
+}
 
 }  // namespace mixprec::detail

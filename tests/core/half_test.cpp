@@ -1,4 +1,4 @@
-// fp16/bf16 conversions of core/half.h against independent references: the compiler's _Float16
+// fp16/bf16 conversions of core/half.h against independent references: the compiler's binary16 type
 // (GCC >= 12 on x86-64) for binary16, and a nearest-neighbour search in double for bfloat16.
 #include <gtest/gtest.h>
 
@@ -14,21 +14,10 @@
 namespace mixprec::core {
 namespace {
 
-std::uint16_t bits_of(_Float16 h) {
-  std::uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-_Float16 half_of(std::uint16_t u) {
-  _Float16 h;
-  std::memcpy(&h, &u, 2);
-  return h;
-}
-
 TEST(HalfTest, EveryHalfWidensExactly) {
   for (std::uint32_t u = 0; u < 65536; ++u) {
     const auto h = static_cast<std::uint16_t>(u);
-    const float expected = static_cast<float>(half_of(h));
+    const float expected = static_cast<float>(testing::half_to_double(h));
     const float got = half_bits_to_float(h);
     if (std::isnan(expected)) {
       ASSERT_TRUE(std::isnan(got)) << u;
@@ -47,14 +36,14 @@ TEST(HalfTest, FloatsRoundToNearestEvenHalf) {
     for (std::uint32_t probe : {b, b + 1, b - 1, b + 0x1000u, b + 0xfffu, b + 0x1001u}) {
       const float f = bits_to_float(probe);
       if (std::isnan(f)) continue;
-      ASSERT_EQ(float_to_half_bits(f), bits_of(static_cast<_Float16>(f))) << f;
+      ASSERT_EQ(float_to_half_bits(f), testing::float_to_half_ref(f)) << f;
     }
   }
   std::mt19937 rng(7);
   for (int i = 0; i < 1000000; ++i) {
     const float f = bits_to_float(static_cast<std::uint32_t>(rng()));
     if (std::isnan(f)) continue;
-    ASSERT_EQ(float_to_half_bits(f), bits_of(static_cast<_Float16>(f))) << f;
+    ASSERT_EQ(float_to_half_bits(f), testing::float_to_half_ref(f)) << f;
   }
 }
 

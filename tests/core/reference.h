@@ -1,5 +1,5 @@
 // Scalar references for the kernel tests, written independently of the code under test:
-// binary16 through the compiler's _Float16, bfloat16 by a nearest-neighbour search in double.
+// binary16 through the compiler's own half type, bfloat16 by a nearest-neighbour search in double.
 #pragma once
 
 #include <cmath>
@@ -9,6 +9,14 @@
 #include "mixprec/core/tensor_view.h"
 
 namespace mixprec::testing {
+
+// The compiler's own binary16 type: _Float16 (GCC >= 12, clang >= 15 on x86-64), or clang's
+// storage-only __fp16 on older clang (its conversions round to nearest even too).
+#if defined(__clang__) && __clang_major__ < 15
+using CompilerHalf = __fp16;
+#else
+using CompilerHalf = _Float16;
+#endif
 
 inline std::uint32_t bits32(float f) {
   std::uint32_t u;
@@ -31,12 +39,12 @@ inline double from_bits64(std::uint64_t u) {
   return d;
 }
 inline double half_to_double(std::uint16_t u) {
-  _Float16 h;
+  CompilerHalf h;
   std::memcpy(&h, &u, 2);
   return static_cast<double>(h);
 }
 inline std::uint16_t float_to_half_ref(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
+  const CompilerHalf h = static_cast<CompilerHalf>(f);
   std::uint16_t u;
   std::memcpy(&u, &h, 2);
   return u;

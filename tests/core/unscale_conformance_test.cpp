@@ -2,6 +2,7 @@
 // built: each element is compared bit for bit with the scalar reference of core/reference.h.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -9,9 +10,11 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/reference.h"
+#include "cpu/unscale_targets.h"
 #include "mixprec/core/error.h"
 #include "mixprec/core/kernels.h"
 
@@ -34,9 +37,36 @@ void dispatch(const TensorView* grads, std::size_t count, float* found_inf, cons
   non_finite_check_and_unscale_(grads, count, found_inf, inv);
 }
 
+// The Highway targets compiled in and supported by this CPU, read once before any is forced.
+const std::vector<std::int64_t>& simd_targets() {
+  static const std::vector<std::int64_t> targets = cpu::simd_targets();
+  return targets;
+}
+
+// Runs the public dispatch point with the CPU kernel restricted to one SIMD target.
+template <std::size_t kIndex>
+void on_simd_target(const TensorView* grads, std::size_t count, float* found_inf,
+                    const float* inv) {
+  const std::int64_t target = simd_targets()[kIndex];
+  cpu::force_simd_target(target);
+  EXPECT_EQ(cpu::dispatched_simd_target(), target) << cpu::simd_target_name(target);
+  non_finite_check_and_unscale_(grads, count, found_inf, inv);
+  cpu::force_simd_target(0);
+}
+
+template <std::size_t... kIndex>
+constexpr std::array<UnscaleFn, sizeof...(kIndex)> simd_target_fns(std::index_sequence<kIndex...>) {
+  return {&on_simd_target<kIndex>...};
+}
+
 std::vector<Backend> backends() {
-  // Later backends (each compiled SIMD target, CUDA) are appended here.
-  return {{"dispatch", &dispatch}};
+  std::vector<Backend> out = {{"dispatch", &dispatch}};
+  constexpr auto kFns = simd_target_fns(std::make_index_sequence<16>());
+  for (std::size_t i = 0; i < simd_targets().size() && i < kFns.size(); ++i) {
+    out.push_back({std::string("simd_") + cpu::simd_target_name(simd_targets()[i]), kFns[i]});
+  }
+  // Later backends (CUDA) are appended here.
+  return out;
 }
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
@@ -308,6 +338,122 @@ TEST(UnscaleDispatchTest, CudaViewsWithoutCudaBuildSayHowToEnableIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("MIXPREC_WITH_CUDA"), std::string::npos) << e.what();
   }
+}
+
+// ---- added with the SIMD/threaded CPU kernel ----
+
+TEST(UnscaleSimdTargetsTest, AtLeastOneTargetIsTestedAndTheBestIsTheDefault) {
+  ASSERT_FALSE(simd_targets().empty());
+  EXPECT_EQ(cpu::dispatched_simd_target(), simd_targets().front());
+}
+
+// Every fp16 and bf16 bit pattern through each backend, for scales that round, overflow and
+// produce subnormals: the 16-bit conversions of the SIMD targets are exact.
+TEST_P(UnscaleConformanceTest, EverySixteenBitPatternMatchesTheReference) {
+  const float inv_scales[] = {0.25f, 1.0f, static_cast<float>(1.0 / 3.0), 4096.0f,
+                              std::ldexp(1.0f, -24), 3.0f, 1e-3f, 65504.0f};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (float inv : inv_scales) {
+      Buffer b(dtype, 65536, 1);
+      for (std::int64_t i = 0; i < 65536; ++i) b.set(i, static_cast<std::uint64_t>(i));
+      const Expectation e = expect(dtype, b, 65536, inv);
+      float found = 0.0f;
+      TensorView v = b.view();
+      GetParam().fn(&v, 1, &found, &inv);
+      EXPECT_EQ(found, 1.0f);
+      check_equal(dtype, b, e, std::string(dtype_name(dtype)) + " all bits inv=" + std::to_string(inv));
+    }
+  }
+}
+
+// A list large enough to be split across threads: mixed dtypes, sizes around the task size,
+// non-finite values at chosen places.
+struct ThreadCase {
+  std::vector<Buffer> buffers;
+  std::vector<DType> dtypes;
+};
+
+ThreadCase make_thread_case(bool with_nonfinite) {
+  std::mt19937 rng(77);
+  ThreadCase c;
+  const std::int64_t sizes[] = {0, 1, 17, 1000, 16383, 16385, 32767, 32769, 65535, 65537, 200003};
+  for (int t = 0; t < 48; ++t) {
+    const DType dtype = kDTypes[t % 4];
+    const std::int64_t n = sizes[rng() % (sizeof(sizes) / sizeof(sizes[0]))];
+    c.buffers.emplace_back(dtype, n, static_cast<std::size_t>(t % 3));
+    c.dtypes.push_back(dtype);
+    for (std::int64_t i = 0; i < n; ++i) c.buffers.back().set(i, encode(dtype, random_finite(dtype, rng)));
+  }
+  if (with_nonfinite) {
+    int which = 0;
+    for (std::size_t t = 5; t < c.buffers.size(); t += 11) {
+      Buffer& b = c.buffers[t];
+      const std::int64_t n = b.view().numel;
+      if (n == 0) continue;
+      const std::int64_t pos = which % 3 == 0 ? 0 : which % 3 == 1 ? n / 2 : n - 1;
+      b.set(pos, nonfinite_bits(c.dtypes[t], which % 3));
+      ++which;
+    }
+  }
+  return c;
+}
+
+TEST_P(UnscaleConformanceTest, ResultsDoNotDependOnTheThreadCount) {
+  for (bool with_nonfinite : {false, true}) {
+    const float inv = static_cast<float>(1.0 / 3.0);
+    std::vector<std::vector<std::uint64_t>> first_bits;
+    float first_found = -1.0f;
+    for (int threads : {1, 2, 3, 8}) {
+      ThreadCase c = make_thread_case(with_nonfinite);
+      std::vector<TensorView> views;
+      std::vector<Expectation> expected;
+      bool any = false;
+      for (std::size_t t = 0; t < c.buffers.size(); ++t) {
+        views.push_back(c.buffers[t].view());
+        if (threads == 1) {
+          expected.push_back(expect(c.dtypes[t], c.buffers[t], views.back().numel, inv));
+          any |= expected.back().found;
+        }
+      }
+      if (threads == 1) {
+        ASSERT_EQ(any, with_nonfinite);  // the case itself is what the test means it to be
+      }
+      set_num_threads(threads);
+      EXPECT_EQ(get_num_threads(), threads);
+      float found = 0.0f;
+      GetParam().fn(views.data(), views.size(), &found, &inv);
+      set_num_threads(0);
+      std::vector<std::vector<std::uint64_t>> bits(c.buffers.size());
+      for (std::size_t t = 0; t < c.buffers.size(); ++t) {
+        for (std::int64_t i = 0; i < views[t].numel; ++i) bits[t].push_back(c.buffers[t].get(i));
+        ASSERT_TRUE(c.buffers[t].guards_intact()) << "threads=" << threads << " tensor " << t;
+      }
+      if (threads == 1) {
+        ASSERT_EQ(found, with_nonfinite ? 1.0f : 0.0f);
+        for (std::size_t t = 0; t < c.buffers.size(); ++t) {
+          check_equal(c.dtypes[t], c.buffers[t], expected[t], "threads=1 tensor " + std::to_string(t));
+        }
+        first_bits = bits;
+        first_found = found;
+      } else {
+        EXPECT_EQ(found, first_found) << "threads=" << threads;
+        for (std::size_t t = 0; t < bits.size(); ++t) {
+          ASSERT_EQ(bits[t], first_bits[t]) << "threads=" << threads << " tensor " << t;
+        }
+      }
+    }
+  }
+}
+
+TEST(UnscaleThreadsTest, NegativeThreadCountIsRejectedAndZeroRestoresTheDefault) {
+  EXPECT_THROW(set_num_threads(-1), Error);
+  set_num_threads(0);
+  const int default_threads = get_num_threads();
+  EXPECT_GE(default_threads, 1);
+  set_num_threads(5);
+  EXPECT_EQ(get_num_threads(), 5);
+  set_num_threads(0);
+  EXPECT_EQ(get_num_threads(), default_threads);
 }
 
 }  // namespace

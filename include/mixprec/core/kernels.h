@@ -37,13 +37,31 @@ inline void non_finite_check_and_unscale_(const std::vector<TensorView>& grads, 
   non_finite_check_and_unscale_(grads.data(), grads.size(), found_inf, inv_scale, stream);
 }
 
-/// Applies next_scale_state() in place to a scale and growth tracker that live on `device`
+/// Applies update_scale_state() in place to a scale and growth tracker that live on `device`
 /// (for CUDA: a one-thread kernel on `stream`, no host synchronisation). `found_inf` is read on
-/// the same device. The semantics are those of torch._amp_update_scale_.
+/// the same device. With the default policy and no counters, the semantics are those of
+/// torch._amp_update_scale_. `counters` (kNumCounters int64, see scale_policy.h) and `history`
+/// (history_capacity rows of 3 doubles) are optional and live on the same device.
 void update_scale_(float* scale, std::int32_t* growth_tracker, const float* found_inf,
-                   const ScalePolicy& policy, Device device = {}, void* stream = nullptr);
+                   const ScalePolicy& policy, Device device = {}, void* stream = nullptr,
+                   std::int64_t* counters = nullptr, double* history = nullptr,
+                   std::int64_t history_capacity = 0);
 
 /// True when this build of mixprec has its CUDA kernels.
 bool cuda_kernels_built();
+
+/// Sets how many threads the CPU kernels may use: `n` > 0 caps them at `n`, 0 restores the
+/// default (OpenMP's, i.e. OMP_NUM_THREADS or the number of cores). Small calls run on one thread
+/// whatever the setting, and results never depend on it. Throws mixprec::core::Error if `n` < 0.
+///
+/// **Example**
+/// ```cpp
+/// mixprec::core::set_num_threads(4);  // at most 4 threads per kernel call from now on
+/// ```
+void set_num_threads(int n);
+
+/// The most threads a CPU kernel call will use now: the value given to set_num_threads(), or
+/// OpenMP's default when that is 0 (1 when mixprec was built without OpenMP).
+int get_num_threads();
 
 }  // namespace mixprec::core

@@ -1,0 +1,124 @@
+// gnuplot driver of the demo: a wide data file (one column per run), a two-panel script, and
+// gnuplot started with posix_spawnp (no shell, so paths need no shell quoting).
+#include "plot.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace mixprec_demo {
+namespace {
+
+// A gnuplot single-quoted string literal: only ' needs escaping, by doubling it.
+std::string gp_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
+const RunResult* find(const std::vector<RunResult>& runs, const std::string& key) {
+  for (const RunResult& r : runs) {
+    if (r.key == key) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool write_plot(const std::string& dir, const std::vector<RunResult>& runs, std::string* message) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::absolute(dir);
+  const fs::path data = base / "plot.dat";
+  const fs::path script = base / "plot.gp";
+  const fs::path png = base / "plot.png";
+
+  // Columns: step, loss of each run (in `runs` order), then the scaled run's scale and skips.
+  const RunResult* scaled = find(runs, "fp16_scaled");
+  std::ofstream d(data);
+  d << std::setprecision(7) << "# step";
+  for (const RunResult& r : runs) d << " loss_" << r.key;
+  d << " scale skipped\n";
+  const std::size_t n = runs.empty() ? 0 : runs.front().steps.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    d << runs.front().steps[i].step;
+    for (const RunResult& r : runs) d << ' ' << (i < r.steps.size() ? r.steps[i].loss : 0.0);
+    const bool has = scaled != nullptr && i < scaled->steps.size();
+    d << ' ' << (has ? scaled->steps[i].scale : 1.0) << ' '
+      << (has && scaled->steps[i].skipped ? 1 : 0) << '\n';
+  }
+  if (!d) throw std::runtime_error("cannot write '" + data.string() + "'");
+  d.close();
+
+  // fp32 is drawn last, dashed, so that it stays visible where the scaled run lies on it.
+  const std::size_t scale_col = runs.size() + 2;
+  std::int64_t skipped = 0;
+  if (scaled != nullptr) skipped = scaled->skipped_steps;
+  std::ofstream s(script);
+  s << "# Redraw with: gnuplot " << script.filename().string() << "\n"
+    << "set terminal pngcairo size 1100,850 font 'sans,11'\n"
+    << "set output " << gp_quote(png.string()) << "\n"
+    << "set multiplot layout 2,1 title 'mixprec demo: what loss scaling buys "
+    << "(fp16 rounds gradients below 2^{-25} to zero)'\n"
+    << "set grid\nset key top right box opaque\nset lmargin 12\n"
+    << "set logscale y\nset format y '10^{%L}'\n"
+    << "set ylabel 'training loss (minibatch MSE)'\n"
+    << "plot ";
+  bool first = true;
+  const auto curve = [&](std::size_t k, const char* style) {
+    s << (first ? "" : ", ") << gp_quote(data.string()) << " using 1:" << k + 2 << " with lines "
+      << style << " title " << gp_quote(runs[k].name);
+    first = false;
+  };
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    if (runs[k].key == "fp16") curve(k, "lw 1.5 lc rgb '#d62728'");
+    if (runs[k].key == "fp16_scaled") curve(k, "lw 2.5 lc rgb '#2ca02c'");
+  }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    if (runs[k].key == "fp32") curve(k, "lw 1.5 dt (6,6) lc rgb 'black'");
+  }
+  s << "\nset logscale y 2\nset format y '2^{%L}'\nset offsets 0, 0, graph 0.08, graph 0.02\n"
+    << "set key top left\nset ylabel 'loss scale'\nset xlabel 'step'\n"
+    << "plot " << gp_quote(data.string()) << " using 1:" << scale_col
+    << " with steps lw 2 lc rgb '#2ca02c' title 'GradScaler scale (grows every growth_interval "
+    << "clean steps)' noenhanced, " << gp_quote(data.string()) << " using 1:($" << scale_col + 1
+    << " > 0 ? $" << scale_col << " : 1/0) with points pt 7 ps 1 lc rgb '#d62728' title "
+    << gp_quote("skipped steps (inf/NaN gradients): " + std::to_string(skipped)) << "\n"
+    << "unset multiplot\n";
+  if (!s) throw std::runtime_error("cannot write '" + script.string() + "'");
+  s.close();
+
+  std::error_code ignored;
+  fs::remove(png, ignored);  // an old picture must not pass for a new one
+  std::string program = "gnuplot";
+  std::string script_arg = script.string();
+  char* argv[] = {program.data(), script_arg.data(), nullptr};
+  pid_t pid = 0;
+  const int spawn_error = posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ);
+  if (spawn_error != 0) {
+    *message = spawn_error == ENOENT
+                   ? "gnuplot is not installed (Debian: apt-get install gnuplot-nox); "
+                     "no plot.png, the CSV log is written"
+                   : std::string("cannot start gnuplot: ") + std::strerror(spawn_error);
+    return false;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !fs::exists(png)) {
+    *message = "gnuplot failed on " + script.string() + " (see its messages above)";
+    return false;
+  }
+  *message = png.string();
+  return true;
+}
+
+}  // namespace mixprec_demo

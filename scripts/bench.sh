@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds the Release benchmarks and runs them once (JSON), then prints the ratios of that run.
+# Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build-bench}"
+jobs="${JOBS:-2}"
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXPREC_BUILD_BENCHMARKS=ON >/dev/null
+cmake --build "$build" -j"$jobs" --target unscale_benchmark
+
+json="$build/unscale_benchmark.json"
+# Interleaved repetitions smooth out a shared machine (load that comes and goes hits every
+# benchmark alike); ratios.py uses the medians.
+"$build/bench/unscale_benchmark" --benchmark_format=json --benchmark_repetitions=5 \
+  --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+  "$@" >"$json"
+echo "results: $json"
+python3 "$root/bench/ratios.py" "$json"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Reliability stage of the test suite (called by scripts/test.sh): the core under
+# AddressSanitizer + UndefinedBehaviorSanitizer, the threaded kernels under ThreadSanitizer
+# (clang + LLVM's OpenMP with its Archer tool, so OpenMP's own synchronisation is understood), and
+# a bounded run of every libFuzzer target on its committed corpus.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS=${MIXPREC_FUZZ_SECONDS:-20}
+JOBS=$(nproc)
+export CC=clang CXX=clang++
+# clang 14 converts binary16 (used by the tests' reference) through compiler-rt's builtins.
+LINK=(-DCMAKE_EXE_LINKER_FLAGS="-rtlib=compiler-rt -unwindlib=libgcc")
+
+echo "== ASan + UBSan: core tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=OFF \
+  -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
+cmake --build build-asan -j "$JOBS" --target mixprec_core_tests
+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp \
+  UBSAN_OPTIONS=print_stacktrace=1 ./build-asan/tests/mixprec_core_tests --gtest_brief=1
+
+echo "== TSan: threaded kernels"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=OFF \
+  -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" >/dev/null
+cmake --build build-tsan -j "$JOBS" --target mixprec_core_tests
+ARCHER=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -n1 || true)
+OMP_TOOL_LIBRARIES=${ARCHER} TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
+  ./build-tsan/tests/mixprec_core_tests --gtest_brief=1 --gtest_filter='*Thread*:*ManySmall*'
+
+echo "== libFuzzer: ${FUZZ_SECONDS}s per target"
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_BUILD_FUZZERS=ON \
+  -DMIXPREC_BUILD_TESTS=OFF -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
+cmake --build build-fuzz -j "$JOBS" --target fuzz_unscale fuzz_update_rule fuzz_state_dict
+for target in fuzz_unscale fuzz_update_rule fuzz_state_dict; do
+  corpus=tests/fuzz/corpus/${target}
+  work=$(mktemp -d)
+  cp -r "$corpus"/. "$work"/ 2>/dev/null || true
+  echo "-- $target"
+  log=$(mktemp)
+  if ! ./build-fuzz/tests/fuzz/$target -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+      -rss_limit_mb=4096 -print_final_stats=1 "$work" >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "FAILED: $target found a crash or a mismatch (input saved as crash-* in $(pwd))"
+    exit 1
+  fi
+  grep -E "stat::number_of_executed_units|DONE" "$log" || true
+  rm -f "$log"
+  rm -rf "$work"
+done
+echo "sanitizers and fuzzers: done"

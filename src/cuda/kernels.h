@@ -1,0 +1,27 @@
+// CUDA backend of the core kernels (internal; called only from src/core/kernels.cpp).
+// Host functions: they launch on the given stream and never synchronise with the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mixprec/core/scale_policy.h"
+#include "mixprec/core/tensor_view.h"
+
+namespace mixprec::core::cuda {
+
+/// Multi-tensor unscale-and-check on the current device: every view (device memory) is cut into
+/// chunks and many chunks of many tensors go into one launch. inv_scale and found_inf are device
+/// pointers. Throws core::Error when a launch fails.
+void non_finite_check_and_unscale(const TensorView* grads, std::size_t count, float* found_inf,
+                                  const float* inv_scale, void* stream);
+
+/// update_scale_state() in a one-thread kernel on `stream` (all pointers are device memory).
+void update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
+                  const ScalePolicy& policy, void* stream, std::int64_t* counters,
+                  double* history, std::int64_t history_capacity);
+
+/// Number of CUDA devices visible (0 when there is no driver or device); never throws.
+int device_count();
+
+}  // namespace mixprec::core::cuda
