@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Prints the ratios of one unscale_benchmark run (Google Benchmark JSON), with the targets of
-the "CPU speed" issue. Standard library only. Usage: ratios.py results.json"""
+"""Prints the ratios of one run of mixprec's benchmarks (Google Benchmark JSON files from
+unscale_benchmark and optim_benchmark), with the targets of the "CPU speed" issue. Standard library
+only. Usage: ratios.py unscale.json [optim.json]"""
 import json
 import statistics
 import sys
@@ -34,9 +35,11 @@ def load(path):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     context, r = load(sys.argv[1])
+    for extra in sys.argv[2:]:
+        r.update(load(extra)[1])
     print(f"host: {context.get('num_cpus')} CPUs at {context.get('mhz_per_cpu')} MHz, "
           f"load average {context.get('load_avg')}, mixprec threads "
           f"{context.get('mixprec_threads')}, SIMD target {context.get('mixprec_simd_target')}")
@@ -79,6 +82,13 @@ def main():
          ratio(bw("mixprec_bf16_64M"), bw("mixprec_fp32_64M")), ">= 0.8x", lambda v: v >= 0.8),
         ("check only (inv_scale 1) vs unscale, fp32 64M",
          ratio(bw("mixprec_check_only_fp32_64M"), bw("mixprec_fp32_64M")), "(info)", None),
+        ("diagnostics scan vs unscale (time, overflow steps only)",
+         ratio(time("diagnose_scan_fp32_64M"), time("mixprec_fp32_64M")), "(info)", None),
+        ("AdamW step: torch::optim::AdamW+unscale_ / fused+scaler",
+         ratio(time("TorchAdamWWithUnscale"), time("FusedAdamWWithScaler")), ">= 4x",
+         lambda v: v >= 4),
+        ("fused AdamW+scaler vs copy ceiling (bandwidth)",
+         ratio(bw("FusedAdamWWithScaler"), bw("CopyCeiling")), "(ceiling)", None),
     ]
     print(f"{'ratio':52} {'measured':>9} {'target':>9}  met")
     for what, value, target, ok in rows:

@@ -14,6 +14,7 @@
 
 #include "cpu/unscale_targets.h"
 #include "mixprec/core/half.h"
+#include "mixprec/core/diagnostics.h"
 #include "mixprec/core/kernels.h"
 
 #ifdef MIXPREC_BENCH_WITH_TORCH
@@ -160,6 +161,17 @@ void BM_mixprec_bf16_64M(benchmark::State& state) {
   run_mixprec(state, {{big_bf16(), kBig, core::DType::kBFloat16}}, kBig * 2, false);
 }
 
+// The extra pass GradScaler's opt-in overflow diagnostics make on an overflow step only.
+void BM_diagnose_scan_fp32_64M(benchmark::State& state) {
+  const core::TensorView view{big_f32(), kBig, core::DType::kFloat32};
+  std::int64_t found = 0;
+  for (auto _ : state) {
+    found += core::count_nonfinite(view).inf_count;
+    benchmark::ClobberMemory();
+  }
+  finish(state, kBig * 4, found != 0);
+}
+
 #ifdef MIXPREC_BENCH_WITH_TORCH
 // ---- LibTorch, as users write it by hand (LibTorch 1.13 has no CPU kernel of its own for
 // _amp_foreach_non_finite_check_and_unscale_) ------------------------------------------------
@@ -218,6 +230,7 @@ MIXPREC_BENCH(BM_mixprec_check_only_fp32_64M);
 MIXPREC_BENCH(BM_mixprec_fp32_4096x16K);
 MIXPREC_BENCH(BM_mixprec_fp16_64M);
 MIXPREC_BENCH(BM_mixprec_bf16_64M);
+MIXPREC_BENCH(BM_diagnose_scan_fp32_64M);
 #ifdef MIXPREC_BENCH_WITH_TORCH
 MIXPREC_BENCH(BM_torch_naive_fp32_64M);
 MIXPREC_BENCH(BM_torch_naive_fp32_4096x16K);

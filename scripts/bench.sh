@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Release benchmarks and runs them once (JSON), then prints the ratios of that run.
+# Builds the Release benchmarks (unscale-and-check, fused AdamW step) and runs them once (JSON),
+# then prints the ratios of that run.
 # Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
 set -euo pipefail
 
@@ -8,7 +9,7 @@ build="${BUILD_DIR:-$root/build-bench}"
 jobs="${JOBS:-2}"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXPREC_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target unscale_benchmark
+cmake --build "$build" -j"$jobs" --target unscale_benchmark optim_benchmark
 
 json="$build/unscale_benchmark.json"
 # Interleaved repetitions smooth out a shared machine (load that comes and goes hits every
@@ -16,5 +17,7 @@ json="$build/unscale_benchmark.json"
 "$build/bench/unscale_benchmark" --benchmark_format=json --benchmark_repetitions=5 \
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   "$@" >"$json"
-echo "results: $json"
-python3 "$root/bench/ratios.py" "$json"
+optim_json="$build/optim_benchmark.json"
+"$build/bench/optim_benchmark" --benchmark_format=json "$@" >"$optim_json"
+echo "results: $json $optim_json"
+python3 "$root/bench/ratios.py" "$json" "$optim_json"

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "mixprec/core/scale_policy.h"
 #include "mixprec/core/tensor_view.h"
 
 namespace mixprec::testing {
@@ -110,5 +111,33 @@ inline std::uint64_t reference_unscaled(core::DType dtype, std::uint64_t bits, f
   }
   return bits;
 }
+
+// An independent model of the update rule with its extensions, written as Megatron-LM and DeepSpeed
+// describe theirs, in double (rounding to float where PyTorch keeps a float32 scale).
+struct ReferenceScaleModel {
+  double scale;
+  long tracker = 0;
+  long hysteresis_left;
+
+  void step(bool overflow, const core::ScalePolicy& p) {
+    if (overflow) {
+      tracker = 0;
+      if (hysteresis_left > 0) --hysteresis_left;
+      if (hysteresis_left == 0) {
+        double next = static_cast<float>(scale * p.backoff_factor);
+        if (p.min_scale > 0 && next < p.min_scale) next = p.min_scale;
+        scale = next;
+      }
+      return;
+    }
+    if (p.hysteresis_refill == core::HysteresisRefill::kOnCleanStep) hysteresis_left = p.hysteresis;
+    if (++tracker == p.growth_interval) {
+      const double grown = static_cast<float>(scale * p.growth_factor);
+      if (std::isfinite(grown)) scale = grown > p.max_scale ? std::fmax(scale, p.max_scale) : grown;
+      tracker = 0;
+      hysteresis_left = p.hysteresis;
+    }
+  }
+};
 
 }  // namespace mixprec::testing

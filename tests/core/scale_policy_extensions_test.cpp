@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/reference.h"
 #include "mixprec/core/scale_policy.h"
 
 namespace mixprec::core {
@@ -122,32 +123,6 @@ TEST(ScalePolicyExtensionsTest, CountersFollowAHandComputedRun) {
   EXPECT_EQ(history, (std::vector<double>{4, 8, 0, 5, 16, 0, 2, 16, 1, 3, 8, 1}));
 }
 
-// An independent model of the extended rule, written as Megatron/DeepSpeed describe it, in double.
-struct ReferenceModel {
-  double scale;
-  long tracker = 0;
-  long hysteresis_left;
-  void step(bool overflow, const ScalePolicy& p) {
-    if (overflow) {
-      tracker = 0;
-      if (hysteresis_left > 0) --hysteresis_left;
-      if (hysteresis_left == 0) {
-        double next = static_cast<float>(scale * p.backoff_factor);
-        if (p.min_scale > 0 && next < p.min_scale) next = p.min_scale;
-        scale = next;
-      }
-      return;
-    }
-    if (p.hysteresis_refill == HysteresisRefill::kOnCleanStep) hysteresis_left = p.hysteresis;
-    if (++tracker == p.growth_interval) {
-      const double grown = static_cast<float>(scale * p.growth_factor);
-      if (std::isfinite(grown)) scale = grown > p.max_scale ? std::fmax(scale, p.max_scale) : grown;
-      tracker = 0;
-      hysteresis_left = p.hysteresis;
-    }
-  }
-};
-
 TEST(ScalePolicyExtensionsTest, AMillionRandomStepsMatchTheReferenceModel) {
   std::mt19937_64 rng(2024);
   for (int run = 0; run < 20; ++run) {
@@ -162,7 +137,7 @@ TEST(ScalePolicyExtensionsTest, AMillionRandomStepsMatchTheReferenceModel) {
     const double overflow_rate = std::vector<double>{0.001, 0.05, 0.3, 0.9}[rng() % 4];
     std::bernoulli_distribution overflow(overflow_rate);
     ScaleState s{65536.0f, 0, p.hysteresis};
-    ReferenceModel ref{65536.0, 0, p.hysteresis};
+    testing::ReferenceScaleModel ref{65536.0, 0, p.hysteresis};
     for (int i = 0; i < 50000; ++i) {
       const bool o = overflow(rng);
       s = next_scale_state(s, o ? 1.0f : 0.0f, p);

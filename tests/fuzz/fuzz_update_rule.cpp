@@ -1,9 +1,10 @@
-// libFuzzer target: the update rule (core::next_scale_state) against an independent reference
-// model, over arbitrary policies and overflow sequences.
+// libFuzzer target: the update rule (core::next_scale_state) against the independent reference
+// model of tests/core/reference.h, over arbitrary policies and overflow sequences.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "core/reference.h"
 #include "mixprec/core/scale_policy.h"
 
 using mixprec::core::HysteresisRefill;
@@ -25,33 +26,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::memcpy(&init, data + 7, 4);
   if (!std::isfinite(init) || init <= 0.0f) init = 65536.0f;
   ScaleState s{init, 0, p.hysteresis};
-  double ref_scale = init;
-  long ref_tracker = 0, ref_hyst = p.hysteresis;
+  mixprec::testing::ReferenceScaleModel ref{init, 0, p.hysteresis};
   for (std::size_t i = 11; i < size; ++i) {
     for (int bit = 0; bit < 8; ++bit) {
       const bool overflow = (data[i] >> bit) & 1;
       s = mixprec::core::next_scale_state(s, overflow ? 1.0f : 0.0f, p);
-      if (overflow) {
-        ref_tracker = 0;
-        if (ref_hyst > 0) --ref_hyst;
-        if (ref_hyst == 0) {
-          double next = static_cast<float>(ref_scale * p.backoff_factor);
-          if (p.min_scale > 0 && next < p.min_scale) next = p.min_scale;
-          ref_scale = next;
-        }
-      } else {
-        if (p.hysteresis_refill == HysteresisRefill::kOnCleanStep) ref_hyst = p.hysteresis;
-        if (++ref_tracker == p.growth_interval) {
-          const double grown = static_cast<float>(ref_scale * p.growth_factor);
-          if (std::isfinite(grown)) {
-            ref_scale = grown > p.max_scale ? std::fmax(ref_scale, p.max_scale) : grown;
-          }
-          ref_tracker = 0;
-          ref_hyst = p.hysteresis;
-        }
-      }
-      if (static_cast<double>(s.scale) != ref_scale || s.growth_tracker != ref_tracker ||
-          s.hysteresis_tracker != ref_hyst || !(s.scale >= 0.0f)) {
+      ref.step(overflow, p);
+      if (static_cast<double>(s.scale) != ref.scale || s.growth_tracker != ref.tracker ||
+          s.hysteresis_tracker != ref.hysteresis_left || !(s.scale >= 0.0f)) {
         __builtin_trap();
       }
     }

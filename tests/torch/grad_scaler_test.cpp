@@ -154,6 +154,31 @@ TEST(GradScalerTest, StepIsAppliedOnCleanGradsAndSkippedOnInfOrNaN) {
   }
 }
 
+TEST(GradScalerTest, NaNLossSkipsTheStepAndBacksOff) {
+  torch::nn::Linear model(3, 1);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  GradScaler s(GradScalerOptions().init_scale(1024.0));
+  const torch::Tensor before = model->weight.clone();
+  const torch::Tensor loss = model->forward(torch::ones({2, 3})).sum() * std::nanf("");
+  s.scale(loss).backward();
+  EXPECT_FALSE(s.step(opt).defined());
+  s.update();
+  EXPECT_TRUE(torch::equal(model->weight, before));
+  EXPECT_EQ(s.get_scale(), 512.0);
+}
+
+TEST(GradScalerTest, ZeroElementGradsAreChecked) {
+  torch::Tensor w = torch::zeros({0}, torch::requires_grad());
+  torch::optim::SGD opt({w}, torch::optim::SGDOptions(1.0));
+  w.mutable_grad() = torch::zeros({0});
+  GradScaler s;
+  s.scale(torch::ones({1}));
+  s.step(opt);  // a recorded check, no overflow
+  EXPECT_TRUE(s.last_step_applied(opt));
+  s.update();
+  EXPECT_EQ(s.get_growth_tracker(), 1);
+}
+
 TEST(GradScalerTest, StepReturnsTheOptimizersResult) {
   GradScaler s;
   torch::Tensor w = torch::ones({1}, torch::requires_grad());
