@@ -20,8 +20,8 @@ class SupportsAmpScaling {
  public:
   virtual ~SupportsAmpScaling() = default;
 
-  at::Tensor grad_scale;
-  at::Tensor found_inf;
+  at::Tensor grad_scale;  ///< divide gradients by this (undefined: already unscaled)
+  at::Tensor found_inf;   ///< non-zero: skip the whole step
 };
 
 }  // namespace mixprec

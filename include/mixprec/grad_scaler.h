@@ -64,6 +64,8 @@ class GradScaler {
   /// or growth_interval < 1.
   explicit GradScaler(GradScalerOptions options);
 
+  /// Movable (state, options and callbacks move along); not copyable, because a copy would share
+  /// the device tensors of the scale.
   GradScaler(GradScaler&&) noexcept;
   GradScaler& operator=(GradScaler&&) noexcept;
   GradScaler(const GradScaler&) = delete;

@@ -12,7 +12,9 @@ namespace mixprec::core {
 
 /// Options of LossScaler; the defaults are torch.amp.GradScaler's.
 struct LossScalerOptions {
+  /// The scale before the first update (2^16).
   double init_scale = 65536.0;
+  /// The update rule's constants (growth, backoff, interval, and the options beyond PyTorch).
   ScalePolicy policy = {};
 };
 

@@ -25,9 +25,9 @@ enum class HysteresisRefill : std::uint8_t {
 
 /// The constants of the rule; the defaults are torch.amp.GradScaler's.
 struct ScalePolicy {
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;
+  double growth_factor = 2.0;           ///< scale *= growth_factor every growth_interval clean steps
+  double backoff_factor = 0.5;          ///< scale *= backoff_factor on an overflow
+  std::int64_t growth_interval = 2000;  ///< clean steps between growths
   /// Overflows tolerated before the scale backs off (1: every overflow backs off, as PyTorch).
   /// Steps are skipped on every overflow regardless.
   std::int32_t hysteresis = 1;
@@ -41,9 +41,9 @@ struct ScalePolicy {
 /// The mutable state of the rule: the scale (float32, as PyTorch keeps it), the consecutive clean
 /// steps since the last growth or backoff, and the overflows still tolerated before a backoff.
 struct ScaleState {
-  float scale = 65536.0f;
-  std::int32_t growth_tracker = 0;
-  std::int32_t hysteresis_tracker = 1;
+  float scale = 65536.0f;               ///< the loss scale
+  std::int32_t growth_tracker = 0;      ///< clean steps since the last growth or overflow
+  std::int32_t hysteresis_tracker = 1;  ///< overflows still tolerated before a backoff
 };
 
 /// Bits telling what one update did (see next_scale_state()).

@@ -16,8 +16,8 @@ enum class DeviceType : std::uint8_t { kCPU, kCUDA };
 
 /// A device: its type and index (-1 for the CPU or the current CUDA device).
 struct Device {
-  DeviceType type = DeviceType::kCPU;
-  int index = -1;
+  DeviceType type = DeviceType::kCPU;  ///< CPU or CUDA
+  int index = -1;                      ///< CUDA device ordinal; -1 for the CPU or the current one
 
   friend bool operator==(const Device& a, const Device& b) {
     return a.type == b.type && a.index == b.index;
@@ -49,10 +49,10 @@ const char* dtype_name(DType dtype);
 /// mixprec::core::TensorView view{grad.data(), 1024, mixprec::core::DType::kFloat32};
 /// ```
 struct TensorView {
-  void* data = nullptr;
-  std::int64_t numel = 0;
-  DType dtype = DType::kFloat32;
-  Device device = {};
+  void* data = nullptr;           ///< first element (may be null when numel == 0)
+  std::int64_t numel = 0;         ///< number of elements
+  DType dtype = DType::kFloat32;  ///< element type
+  Device device = {};             ///< where `data` lives
 };
 
 }  // namespace mixprec::core
