@@ -41,7 +41,8 @@ core::Device to_core_device(const c10::Device& device, const char* who) {
 }
 
 core::TensorView to_view(const at::Tensor& t, const char* who) {
-  TORCH_INTERNAL_ASSERT(t.numel() == 0 || t.is_non_overlapping_and_dense());
+  TORCH_INTERNAL_ASSERT(t.numel() == 0 || t.is_non_overlapping_and_dense(), who,
+                        ": a view needs a dense tensor");
   // A dense tensor covers exactly numel elements from its lowest address, which is data_ptr()
   // because LibTorch strides are never negative.
   return {t.numel() == 0 ? nullptr : t.data_ptr(), t.numel(), to_core_dtype(t.scalar_type(), who),
@@ -136,11 +137,13 @@ void detail::update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker,
   if (counters != nullptr && counters->defined()) {
     TORCH_INTERNAL_ASSERT(counters->scalar_type() == at::kLong &&
                           counters->numel() == core::kNumCounters &&
-                          counters->device() == scale.device() && counters->is_contiguous());
+                          counters->device() == scale.device() && counters->is_contiguous(),
+                          "update_scale_: malformed telemetry counters");
     counter_ptr = counters->data_ptr<std::int64_t>();
     if (history != nullptr && history->defined() && history->numel() > 0) {
       TORCH_INTERNAL_ASSERT(history->scalar_type() == at::kDouble && history->is_contiguous() &&
-                            history->device() == scale.device());
+                            history->device() == scale.device(),
+                            "update_scale_: malformed scale history");
       history_ptr = history->data_ptr<double>();
       history_rows = history->size(0);
     }
