@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/scenarios.h"
 #include "mixprec/mixprec.h"
 #include "torch/test_util.h"
 
@@ -67,18 +68,7 @@ GradScalerOptions unlike_any_fixture() {
 }
 
 // Full scale/backward/step/update iterations: 'c' = clean step, 'i' = gradients hold inf.
-void run_iterations(GradScaler& scaler, const std::string& iterations) {
-  torch::Tensor w = torch::ones({4}, torch::requires_grad());
-  torch::optim::SGD optimizer({w}, torch::optim::SGDOptions(0.01));
-  for (char it : iterations) {
-    optimizer.zero_grad();
-    torch::Tensor loss = w.sum();
-    if (it == 'i') loss = loss * std::numeric_limits<float>::infinity();
-    scaler.scale(loss).backward();
-    scaler.step(optimizer);
-    scaler.update();
-  }
-}
+using fixtures::run_iterations;
 
 // Same keys in the same order, same IValue kinds (Double vs Int), same values.
 ::testing::AssertionResult same_dict(const c10::impl::GenericDict& got,
@@ -193,26 +183,8 @@ TEST(StateDictInteropTest, PythonDisabledFixtureIsEmptyAndRefusedByAnEnabledScal
   EXPECT_EQ(disabled.get_scale(), 1.0);
 }
 
-// The scenarios write_cpp_fixtures.cpp saved as cpp_<name>.pt (keep the three lists in sync).
-struct CppScenario {
-  const char* name;
-  GradScalerOptions options;
-  std::string iterations;
-};
-
-std::vector<CppScenario> cpp_scenarios() {
-  GradScalerOptions custom = GradScalerOptions().init_scale(1024.0).growth_factor(1.5);
-  custom.backoff_factor(0.25).growth_interval(100);
-  GradScalerOptions fractional = GradScalerOptions().init_scale(0.1).growth_factor(1.25);
-  fractional.backoff_factor(0.125).growth_interval(7);
-  return {
-      {"default", GradScalerOptions(), ""},
-      {"custom", custom, std::string(137, 'c')},
-      {"backoff", GradScalerOptions(), std::string(5, 'c') + "i" + std::string(3, 'c')},
-      {"fractional", fractional, ""},
-      {"disabled", GradScalerOptions().enabled(false), ""},
-  };
-}
+using CppScenario = fixtures::Scenario;
+using fixtures::scenarios;
 
 std::vector<char> saved_bytes(const CppScenario& s) {
   GradScaler scaler(s.options);
@@ -228,7 +200,7 @@ c10::impl::GenericDict scenario_state_dict(const CppScenario& s) {
 
 TEST(StateDictInteropTest, CppScenariosReachTheSameStateAsPython) {
   // The same iterations give the same dict in mixprec as in PyTorch (python_<name>.pt).
-  for (const CppScenario& s : cpp_scenarios()) {
+  for (const CppScenario& s : scenarios()) {
     SCOPED_TRACE(s.name);
     EXPECT_TRUE(
         same_dict(scenario_state_dict(s), load_dict(std::string("python_") + s.name + ".pt")));
@@ -237,7 +209,7 @@ TEST(StateDictInteropTest, CppScenariosReachTheSameStateAsPython) {
 
 TEST(StateDictInteropTest, CppFixturesLoadBackAsTheSameDict) {
   // Holds on any LibTorch version: what the committed cpp_*.pt hold is what state_dict() gives now.
-  for (const CppScenario& s : cpp_scenarios()) {
+  for (const CppScenario& s : scenarios()) {
     SCOPED_TRACE(s.name);
     EXPECT_TRUE(same_dict(load_dict(std::string("cpp_") + s.name + ".pt"), scenario_state_dict(s)));
   }
@@ -252,7 +224,7 @@ TEST(StateDictInteropTest, CppFixturesAreWrittenByteForByte) {
                  << TORCH_VERSION_MINOR
                  << " (CppFixturesLoadBackAsTheSameDict still checks the contents)";
   }
-  for (const CppScenario& s : cpp_scenarios()) {
+  for (const CppScenario& s : scenarios()) {
     SCOPED_TRACE(s.name);
     const std::vector<char> bytes = saved_bytes(s);
     if (bytes != saved_bytes(s)) {
