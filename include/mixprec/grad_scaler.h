@@ -133,7 +133,8 @@ class GradScaler {
 
   /// Whether the last step() on `optimizer` applied the update (false: skipped on inf/NaN). Known
   /// without a device sync on the regular path; for a SupportsAmpScaling optimizer it reads
-  /// found_inf (a sync on CUDA). Survives update(); false if step() was never called.
+  /// found_inf (a sync on CUDA). Survives update(); false if step() was never called (true for
+  /// a disabled scaler, which never skips).
   bool last_step_applied(const torch::optim::Optimizer& optimizer) const;
   /// The found_inf (0 or 1, float32) the last step() on `optimizer` decided with, on the scale's
   /// device, without a sync (undefined if step() was never called).

@@ -28,7 +28,7 @@ bool GradScaler::last_step_applied(const torch::optim::Optimizer& optimizer) con
     if (s.skipped_known) return !s.skipped;
     return s.found_inf.item<float>() == 0.0f;  // fused path: decided on the device
   }
-  return !options_.enabled() ? true : false;
+  return !options_.enabled();  // a disabled scaler never skips
 }
 
 at::Tensor GradScaler::last_step_found_inf(const torch::optim::Optimizer& optimizer) const {
