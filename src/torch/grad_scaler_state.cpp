@@ -99,8 +99,11 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
   // Read and check everything before changing anything, so a bad dict leaves the scaler as it was.
   const DictReader in(state_dict);
   const double scale = in.number("scale");
-  TORCH_CHECK(std::isfinite(scale) && scale > 0.0, "GradScaler.load_state_dict: \"scale\" must ",
-              "be finite and > 0, got ", scale);
+  // The scale is kept as a float32: it must stay finite and positive there too.
+  TORCH_CHECK(std::isfinite(scale) && scale > 0.0 && std::isfinite(static_cast<float>(scale)) &&
+                  static_cast<float>(scale) > 0.0f,
+              "GradScaler.load_state_dict: \"scale\" must be finite and > 0 as a float32, got ",
+              scale);
   const double growth_factor = in.number("growth_factor");
   const double backoff_factor = in.number("backoff_factor");
   const std::int64_t growth_interval = in.integer("growth_interval");
@@ -148,17 +151,24 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
         .history_size(static_cast<std::int64_t>(history.size() / 3));
   }
 
+  // Build the new device state first: if anything throws here, nothing was changed yet.
+  at::Tensor new_counters, new_history;
+  if (scale_.defined()) {
+    const c10::Device device = scale_.device();
+    new_counters = at::tensor(counters, at::kLong).to(device);
+    new_history = at::tensor(history, at::kDouble).reshape({options.history_size(), 3}).to(device);
+  }
   options_ = options;
   init_scale_ = scale;
   init_growth_tracker_ = growth_tracker;
-  init_counters_ = counters;
-  init_history_ = history;
+  init_counters_ = std::move(counters);
+  init_history_ = std::move(history);
   if (scale_.defined()) {
-    const c10::Device device = scale_.device();
-    scale_.fill_(scale);
-    growth_tracker_.fill_(growth_tracker);
-    counters_ = at::tensor(init_counters_, at::kLong).to(device);
-    history_ = at::tensor(init_history_, at::kDouble).reshape({options_.history_size(), 3}).to(device);
+    // Values checked above, so these in-place fills cannot fail.
+    scale_.fill_(static_cast<float>(scale));
+    growth_tracker_.fill_(static_cast<std::int32_t>(growth_tracker));
+    counters_ = std::move(new_counters);
+    history_ = std::move(new_history);
   }
 }
 

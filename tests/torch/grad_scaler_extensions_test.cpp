@@ -207,6 +207,9 @@ TEST(GradScalerExtensionsTest, MalformedDictsAreRefusedNamingTheKeyAndChangeNoth
   d.insert_or_assign("scale", std::numeric_limits<double>::infinity());
   check(d, "\"scale\" must be finite and > 0");
   d = bad();
+  d.insert_or_assign("scale", 1e300);  // finite as a double, not as the float32 the scale is
+  check(d, "\"scale\" must be finite and > 0 as a float32");
+  d = bad();
   d.insert_or_assign("scale", 0.0);
   check(d, "\"scale\" must be finite and > 0");
   d = bad();
