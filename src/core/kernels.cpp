@@ -1,9 +1,12 @@
 // The kernel dispatch point of mixprec: argument checks, then the backend for the views' device.
-// Every caller (LibTorch adapter, LossScaler, user engines) goes through here.
+// Every caller (LibTorch adapter, LossScaler, user engines) goes through here: unscale-and-check,
+// the scale update and the fused optimizers (include/mixprec/core/kernels.h, optim_kernels.h).
 #include "mixprec/core/kernels.h"
 
+#include "cpu/fused_optim.h"
 #include "cpu/unscale.h"
 #include "mixprec/core/error.h"
+#include "mixprec/core/optim_kernels.h"
 
 #ifdef MIXPREC_WITH_CUDA
 #include "cuda/kernels.h"
@@ -13,10 +16,14 @@ namespace mixprec::core {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
   }
   return "unknown";
 }
@@ -41,6 +48,46 @@ const char* device_name(DeviceType type) { return type == DeviceType::kCPU ? "cp
   __builtin_unreachable();
 }
 #endif
+
+void check_optim_view(const TensorView& view, const TensorView& param, const char* who,
+                      std::size_t index, const char* name) {
+  MIXPREC_CHECK(view.dtype == DType::kFloat32 || view.dtype == DType::kFloat64, who, ": parameter ",
+                index, ": ", name, " is ", dtype_name(view.dtype),
+                "; the fused optimizers support float32 and float64");
+  MIXPREC_CHECK(view.dtype == param.dtype, who, ": parameter ", index, ": ", name, " is ",
+                dtype_name(view.dtype), " but the parameter is ", dtype_name(param.dtype));
+  MIXPREC_CHECK(view.numel == param.numel, who, ": parameter ", index, ": ", name, " has ",
+                view.numel, " elements but the parameter has ", param.numel);
+  MIXPREC_CHECK(view.data != nullptr || view.numel == 0, who, ": parameter ", index, ": ", name,
+                " has ", view.numel, " elements but a null data pointer");
+  MIXPREC_CHECK(view.device == param.device, who, ": parameter ", index, ": ", name, " is on ",
+                device_name(view.device.type), ":", view.device.index, " but the parameter is on ",
+                device_name(param.device.type), ":", param.device.index);
+}
+
+// The device of a fused step: that of the first parameter, which all others must share.
+template <typename Tensors>
+Device optim_device(const Tensors* params, std::size_t count, const char* who) {
+  MIXPREC_CHECK(params != nullptr || count == 0, who, ": params is null but count is ", count);
+  const Device device = count == 0 ? Device{} : params[0].param.device;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Device d = params[i].param.device;
+    MIXPREC_CHECK(d == device, who, ": all parameters must be on one device; parameter 0 is on ",
+                  device_name(device.type), ":", device.index, ", parameter ", i, " on ",
+                  device_name(d.type), ":", d.index);
+  }
+  return device;
+}
+
+// CPU: true when the step must be skipped; sets *inv_scale (1 when there is no grad_scale).
+bool read_scalars(const float* grad_scale, const float* found_inf, float* inv_scale) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return true;  // NaN skips too
+  // The inverse GradScaler::unscale_ uses: Note [Fused unscale multiplies by the inverse] in
+  // src/cpu/fused_optim.cpp.
+  *inv_scale =
+      grad_scale == nullptr ? 1.0f : static_cast<float>(1.0 / static_cast<double>(*grad_scale));
+  return false;
+}
 
 }  // namespace
 
@@ -93,6 +140,71 @@ void update_scale_(float* scale, std::int32_t* growth_tracker, const float* foun
   (void)stream;
   throw_no_cuda(kWho);
 #endif
+}
+
+bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
+                const float* grad_scale, const float* found_inf, void* stream) {
+  constexpr const char* kWho = "fused_sgd_";
+  const Device device = optim_device(params, count, kWho);
+  const bool cuda = device.type == DeviceType::kCUDA;
+  for (std::size_t i = 0; i < count; ++i) {
+    const SgdTensors& t = params[i];
+    check_optim_view(t.param, t.param, kWho, i, "param");
+    check_optim_view(t.grad, t.param, kWho, i, "grad");
+    if (hyper.momentum != 0.0) {
+      check_optim_view(t.momentum_buffer, t.param, kWho, i, "momentum_buffer");
+      MIXPREC_CHECK(!cuda || t.step_count != nullptr, kWho, ": parameter ", i,
+                    ": CUDA parameters with momentum need a device step_count");
+    }
+  }
+  if (cuda) {
+#ifdef MIXPREC_WITH_CUDA
+    cuda::fused_sgd(params, count, hyper, grad_scale, found_inf, stream);
+    return true;
+#else
+    throw_no_cuda(kWho);
+#endif
+  }
+  (void)stream;
+  float inv_scale = 1.0f;
+  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
+  cpu::fused_sgd(params, count, hyper, inv_scale);
+  return true;
+}
+
+bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
+                 const float* grad_scale, const float* found_inf, void* stream) {
+  constexpr const char* kWho = "fused_adam_";
+  const Device device = optim_device(params, count, kWho);
+  const bool cuda = device.type == DeviceType::kCUDA;
+  for (std::size_t i = 0; i < count; ++i) {
+    const AdamTensors& t = params[i];
+    check_optim_view(t.param, t.param, kWho, i, "param");
+    check_optim_view(t.grad, t.param, kWho, i, "grad");
+    check_optim_view(t.exp_avg, t.param, kWho, i, "exp_avg");
+    check_optim_view(t.exp_avg_sq, t.param, kWho, i, "exp_avg_sq");
+    if (hyper.amsgrad) check_optim_view(t.max_exp_avg_sq, t.param, kWho, i, "max_exp_avg_sq");
+    if (cuda) {
+      MIXPREC_CHECK(t.step_count != nullptr, kWho, ": parameter ", i,
+                    ": CUDA parameters need a device step_count");
+    } else {
+      MIXPREC_CHECK(t.step >= 1, kWho, ": parameter ", i, ": step must be >= 1 (the number of ",
+                    "this step, counting from 1), got ", t.step);
+    }
+  }
+  if (cuda) {
+#ifdef MIXPREC_WITH_CUDA
+    cuda::fused_adam(params, count, hyper, grad_scale, found_inf, stream);
+    return true;
+#else
+    throw_no_cuda(kWho);
+#endif
+  }
+  (void)stream;
+  float inv_scale = 1.0f;
+  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
+  cpu::fused_adam(params, count, hyper, inv_scale);
+  return true;
 }
 
 }  // namespace mixprec::core

@@ -1,6 +1,9 @@
-// CPU fused optimizer kernels (include/mixprec/core/optim_kernels.h): argument checks, then one
-// pass over each parameter's memory that unscales the gradient, applies the SGD or Adam(W) math
-// and writes parameter, gradient and moments back. Elementwise, so split over threads freely.
+// CPU fused optimizer kernels (include/mixprec/core/optim_kernels.h; the dispatch point,
+// src/core/kernels.cpp, checks the arguments): one pass over each parameter's memory that
+// unscales the gradient, applies the SGD or Adam(W) math and writes parameter, gradient and
+// moments back. Elementwise, so split over threads freely.
+#include "cpu/fused_optim.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,8 +11,6 @@
 #include <vector>
 
 #include "cpu/threads.h"
-#include "mixprec/core/error.h"
-#include "mixprec/core/optim_kernels.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -23,7 +24,7 @@
     "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
 #endif
 
-namespace mixprec::core {
+namespace mixprec::core::cpu {
 namespace {
 
 // Note [Fused unscale multiplies by the inverse]
@@ -193,30 +194,6 @@ void parallel_over_elements(const std::vector<std::int64_t>& numels, const Body&
   for (std::size_t i = 0; i < numels.size(); ++i) body(i, 0, numels[i]);
 }
 
-void check_view(const TensorView& view, const TensorView& param, const char* who, std::size_t index,
-                const char* name) {
-  MIXPREC_CHECK(view.device.type == DeviceType::kCPU, who, ": parameter ", index, ": ", name,
-                " is not a CPU buffer; the fused optimizers have only a CPU kernel so far");
-  MIXPREC_CHECK(view.dtype == DType::kFloat32 || view.dtype == DType::kFloat64, who, ": parameter ",
-                index, ": ", name, " is ", dtype_name(view.dtype),
-                "; the fused optimizers support float32 and float64");
-  MIXPREC_CHECK(view.dtype == param.dtype, who, ": parameter ", index, ": ", name, " is ",
-                dtype_name(view.dtype), " but the parameter is ", dtype_name(param.dtype));
-  MIXPREC_CHECK(view.numel == param.numel, who, ": parameter ", index, ": ", name, " has ",
-                view.numel, " elements but the parameter has ", param.numel);
-  MIXPREC_CHECK(view.data != nullptr || view.numel == 0, who, ": parameter ", index, ": ", name,
-                " has ", view.numel, " elements but a null data pointer");
-}
-
-// True when the step must be skipped; sets *inv_scale (1 when there is no grad_scale).
-bool read_scalars(const float* grad_scale, const float* found_inf, float* inv_scale) {
-  if (found_inf != nullptr && *found_inf != 0.0f) return true;  // NaN skips too
-  // The inverse GradScaler::unscale_ uses; see Note [Fused unscale multiplies by the inverse].
-  *inv_scale =
-      grad_scale == nullptr ? 1.0f : static_cast<float>(1.0 / static_cast<double>(*grad_scale));
-  return false;
-}
-
 template <typename T>
 T* data_of(const TensorView& v) {
   return static_cast<T*>(v.data);
@@ -309,49 +286,22 @@ void split_by_dtype(const Tensors* params, std::size_t count, std::vector<std::s
 
 }  // namespace
 
-bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
-                const float* grad_scale, const float* found_inf) {
-  constexpr const char* kWho = "fused_sgd_";
-  MIXPREC_CHECK(params != nullptr || count == 0, kWho, ": params is null but count is ", count);
-  for (std::size_t i = 0; i < count; ++i) {
-    check_view(params[i].param, params[i].param, kWho, i, "param");
-    check_view(params[i].grad, params[i].param, kWho, i, "grad");
-    if (hyper.momentum != 0.0) {
-      check_view(params[i].momentum_buffer, params[i].param, kWho, i, "momentum_buffer");
-    }
-  }
-  float inv_scale = 1.0f;
-  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
+void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
+               float inv_scale) {
   std::vector<std::size_t> index[2];
   std::vector<std::int64_t> numels[2];
   split_by_dtype(params, count, index, numels);
   if (!index[0].empty()) run_sgd<float>(params, index[0], numels[0], hyper, inv_scale);
   if (!index[1].empty()) run_sgd<double>(params, index[1], numels[1], hyper, inv_scale);
-  return true;
 }
 
-bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                 const float* grad_scale, const float* found_inf) {
-  constexpr const char* kWho = "fused_adam_";
-  MIXPREC_CHECK(params != nullptr || count == 0, kWho, ": params is null but count is ", count);
-  for (std::size_t i = 0; i < count; ++i) {
-    const AdamTensors& t = params[i];
-    check_view(t.param, t.param, kWho, i, "param");
-    check_view(t.grad, t.param, kWho, i, "grad");
-    check_view(t.exp_avg, t.param, kWho, i, "exp_avg");
-    check_view(t.exp_avg_sq, t.param, kWho, i, "exp_avg_sq");
-    if (hyper.amsgrad) check_view(t.max_exp_avg_sq, t.param, kWho, i, "max_exp_avg_sq");
-    MIXPREC_CHECK(t.step >= 1, kWho, ": parameter ", i, ": step must be >= 1 (the number of this",
-                  " step, counting from 1), got ", t.step);
-  }
-  float inv_scale = 1.0f;
-  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
+void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
+                float inv_scale) {
   std::vector<std::size_t> index[2];
   std::vector<std::int64_t> numels[2];
   split_by_dtype(params, count, index, numels);
   if (!index[0].empty()) run_adam<float>(params, index[0], numels[0], hyper, inv_scale);
   if (!index[1].empty()) run_adam<double>(params, index[1], numels[1], hyper, inv_scale);
-  return true;
 }
 
-}  // namespace mixprec::core
+}  // namespace mixprec::core::cpu

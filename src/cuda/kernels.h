@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mixprec/core/optim_kernels.h"
 #include "mixprec/core/scale_policy.h"
 #include "mixprec/core/tensor_view.h"
 
@@ -20,6 +21,16 @@ void non_finite_check_and_unscale(const TensorView* grads, std::size_t count, fl
 void update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
                   const ScalePolicy& policy, void* stream, std::int64_t* counters,
                   double* history, std::int64_t history_capacity);
+
+/// core::fused_sgd_ on the current device: multi-tensor launches on `stream` that skip on a
+/// non-zero *found_inf (device memory, may be null) and read *grad_scale (may be null) on the
+/// device, then a launch that advances the step counts of applied steps.
+void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
+               const float* grad_scale, const float* found_inf, void* stream);
+
+/// core::fused_adam_ on the current device, likewise.
+void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
+                const float* grad_scale, const float* found_inf, void* stream);
 
 /// Number of CUDA devices visible (0 when there is no driver or device); never throws.
 int device_count();

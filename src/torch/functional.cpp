@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -22,10 +23,14 @@ namespace detail {
 
 core::DType to_core_dtype(c10::ScalarType type, const char* who) {
   switch (type) {
-    case at::kFloat: return core::DType::kFloat32;
-    case at::kDouble: return core::DType::kFloat64;
-    case at::kHalf: return core::DType::kFloat16;
-    case at::kBFloat16: return core::DType::kBFloat16;
+    case at::kFloat:
+      return core::DType::kFloat32;
+    case at::kDouble:
+      return core::DType::kFloat64;
+    case at::kHalf:
+      return core::DType::kFloat16;
+    case at::kBFloat16:
+      return core::DType::kBFloat16;
     default:
       TORCH_CHECK(false, who, ": expected a float32, float64, float16 or bfloat16 tensor, got ",
                   type);
@@ -49,12 +54,7 @@ core::TensorView to_view(const at::Tensor& t, const char* who) {
           to_core_device(t.device(), who)};
 }
 
-namespace {
-
-// Runs `launch(stream)` for kernels on `device`: for CUDA under a device guard with LibTorch's
-// current stream, so the work is ordered with the user's and nothing waits for the device.
-template <typename Launch>
-void on_device(const c10::Device& device, Launch launch) {
+void on_device(const c10::Device& device, const std::function<void(void*)>& launch) {
 #ifdef MIXPREC_TORCH_CUDA
   if (device.is_cuda()) {
     const c10::cuda::CUDAGuard guard(device);
@@ -66,6 +66,8 @@ void on_device(const c10::Device& device, Launch launch) {
               " need a LibTorch and a mixprec built with CUDA (-DMIXPREC_WITH_CUDA=ON)");
   launch(nullptr);
 }
+
+namespace {
 
 void check_scalar_tensor(const at::Tensor& t, const char* name, c10::ScalarType dtype,
                          const char* dtype_word, const c10::Device& device) {
@@ -128,21 +130,21 @@ void detail::update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker,
   TORCH_CHECK(scale.scalar_type() == at::kFloat, "current_scale must be a float tensor.");
   TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
   TORCH_CHECK(scale.device() == growth_tracker.device() && scale.device() == found_inf.device(),
-              "Expected all tensors to be on the same device, but found scale on ",
-              scale.device(), ", growth_tracker on ", growth_tracker.device(),
-              " and found_inf on ", found_inf.device());
+              "Expected all tensors to be on the same device, but found scale on ", scale.device(),
+              ", growth_tracker on ", growth_tracker.device(), " and found_inf on ",
+              found_inf.device());
   std::int64_t* counter_ptr = nullptr;
   double* history_ptr = nullptr;
   std::int64_t history_rows = 0;
   if (counters != nullptr && counters->defined()) {
     TORCH_INTERNAL_ASSERT(counters->scalar_type() == at::kLong &&
-                          counters->numel() == core::kNumCounters &&
-                          counters->device() == scale.device() && counters->is_contiguous(),
+                              counters->numel() == core::kNumCounters &&
+                              counters->device() == scale.device() && counters->is_contiguous(),
                           "update_scale_: malformed telemetry counters");
     counter_ptr = counters->data_ptr<std::int64_t>();
     if (history != nullptr && history->defined() && history->numel() > 0) {
       TORCH_INTERNAL_ASSERT(history->scalar_type() == at::kDouble && history->is_contiguous() &&
-                            history->device() == scale.device(),
+                                history->device() == scale.device(),
                             "update_scale_: malformed scale history");
       history_ptr = history->data_ptr<double>();
       history_rows = history->size(0);

@@ -75,8 +75,12 @@ void GradScaler::lazy_init_scale_growth_tracker(c10::Device device) {
   scale_ = at::full({}, init_scale_, at::TensorOptions().dtype(at::kFloat).device(device));
   growth_tracker_ = at::full({}, init_growth_tracker_,
                              at::TensorOptions().dtype(at::kInt).device(device));
-  counters_ = at::tensor(init_counters_, at::kLong).to(device);
-  history_ = at::tensor(init_history_, at::kDouble).reshape({options_.history_size(), 3}).to(device);
+  // Uploads that do not wait for the device (the host copies are staged at once), so the first
+  // iteration has no host synchronisation either.
+  counters_ = at::tensor(init_counters_, at::kLong).to(device, /*non_blocking=*/true);
+  history_ = at::tensor(init_history_, at::kDouble)
+                 .reshape({options_.history_size(), 3})
+                 .to(device, /*non_blocking=*/true);
 }
 
 GradScaler::PerOptimizerState& GradScaler::state_for(const torch::optim::Optimizer& optimizer) {

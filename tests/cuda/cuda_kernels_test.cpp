@@ -10,30 +10,15 @@
 #include <vector>
 
 #include "core/reference.h"
+#include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
 #include "mixprec/core/kernels.h"
 
 namespace mixprec::core {
 namespace {
 
-#define SKIP_WITHOUT_DEVICE() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
-
-template <typename T>
-T* to_device(const std::vector<T>& host) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<std::size_t>(host.size(), 1)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return p;
-}
-
-template <typename T>
-std::vector<T> to_host(const T* p, std::size_t n) {
-  std::vector<T> host(n);
-  EXPECT_EQ(cudaMemcpy(host.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+using mixprec::testing::to_device;
+using mixprec::testing::to_host;
 
 TEST(CudaKernelsTest, UnscaleMatchesReferenceAcrossManyTensorsAndLaunches) {
   SKIP_WITHOUT_DEVICE();
@@ -50,7 +35,7 @@ TEST(CudaKernelsTest, UnscaleMatchesReferenceAcrossManyTensorsAndLaunches) {
       values[t].resize(static_cast<std::size_t>(n));
       for (auto& v : values[t]) {
         const float f = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 7.0f;
-        v = dtype == DType::kFloat32 ? testing::bits32(f)
+        v = dtype == DType::kFloat32   ? testing::bits32(f)
             : dtype == DType::kFloat64 ? testing::bits64(f)
             : dtype == DType::kFloat16 ? testing::float_to_half_ref(f)
                                        : testing::float_to_bf16_ref(f);
@@ -80,8 +65,8 @@ TEST(CudaKernelsTest, UnscaleMatchesReferenceAcrossManyTensorsAndLaunches) {
       for (std::int64_t i = 0; i < views[t].numel; ++i) {
         std::uint64_t got = 0;
         std::memcpy(&got, bytes.data() + i * size, size);
-        const std::uint64_t want =
-            testing::reference_unscaled(views[t].dtype, values[t][static_cast<std::size_t>(i)], inv_host);
+        const std::uint64_t want = testing::reference_unscaled(
+            views[t].dtype, values[t][static_cast<std::size_t>(i)], inv_host);
         if (testing::reference_isnan(views[t].dtype, want)) {
           ASSERT_TRUE(testing::reference_isnan(views[t].dtype, got));
         } else {

@@ -15,9 +15,10 @@ namespace mixprec::optim {
 
 /// Adam with LibTorch 1.13's torch::optim::Adam math (L2 weight decay added to the gradient,
 /// amsgrad), options, param groups, state (AdamParamState) and serialization, computed by one
-/// fused CPU kernel per step. As a mixprec::SupportsAmpScaling optimizer, GradScaler::step()
-/// hands it the scale and found_inf: the kernel unscales each gradient (writing it back), and a
-/// non-zero found_inf leaves parameters, gradients, moments and step counts untouched.
+/// fused kernel per step (CPU or CUDA). As a mixprec::SupportsAmpScaling optimizer,
+/// GradScaler::step() hands it the scale and found_inf: the kernel unscales each gradient
+/// (writing it back), and a non-zero found_inf leaves parameters, gradients, moments and step
+/// counts untouched.
 ///
 /// **Example**
 /// ```cpp
@@ -28,8 +29,13 @@ namespace mixprec::optim {
 /// scaler.update();
 /// ```
 ///
-/// Parameters must be float32 or float64 CPU tensors with dense gradients; others throw.
-/// State is created when a parameter is first updated (a skipped first step creates none).
+/// Parameters must be float32 or float64 tensors with dense gradients, on the CPU or on CUDA
+/// devices (each device gets its own kernel calls); others throw. On CUDA nothing waits for the
+/// device: the kernels read found_inf and the scale there and keep each parameter's step count
+/// as a device tensor in its state, so a whole iteration can be captured in a CUDA graph; the
+/// state is then made on the first step even if that step is skipped (see docs/design.md).
+/// On the CPU, state is created when a parameter is first updated (a skipped first step
+/// creates none).
 class Adam : public torch::optim::Optimizer, public SupportsAmpScaling {
  public:
   /// Same validation and messages as torch::optim::Adam.

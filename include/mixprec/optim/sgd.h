@@ -15,10 +15,11 @@ namespace mixprec::optim {
 
 /// Stochastic gradient descent with LibTorch 1.13's torch::optim::SGD math (momentum,
 /// dampening, Nesterov, weight decay), options, param groups, state (SGDParamState) and
-/// serialization, computed by one fused CPU kernel per step. As a mixprec::SupportsAmpScaling
-/// optimizer, GradScaler::step() hands it the scale and found_inf instead of unscaling and
-/// reading found_inf to the host: the kernel unscales each gradient (writing it back), and a
-/// non-zero found_inf leaves parameters, gradients and momentum buffers untouched.
+/// serialization, computed by one fused kernel per step (CPU or CUDA). As a
+/// mixprec::SupportsAmpScaling optimizer, GradScaler::step() hands it the scale and found_inf
+/// instead of unscaling and reading found_inf to the host: the kernel unscales each gradient
+/// (writing it back), and a non-zero found_inf leaves parameters, gradients and momentum buffers
+/// untouched.
 ///
 /// **Example**
 /// ```cpp
@@ -29,7 +30,11 @@ namespace mixprec::optim {
 /// scaler.update();
 /// ```
 ///
-/// Parameters must be float32 or float64 CPU tensors with dense gradients; others throw.
+/// Parameters must be float32 or float64 tensors with dense gradients, on the CPU or on CUDA
+/// devices (each device gets its own kernel calls); others throw. On CUDA nothing waits for the
+/// device: the kernels read found_inf and the scale there and keep each parameter's step count
+/// as a device tensor in its state, so a whole iteration can be captured in a CUDA graph; the
+/// state is then made on the first step even if that step is skipped (see docs/design.md).
 class SGD : public torch::optim::Optimizer, public SupportsAmpScaling {
  public:
   /// Same validation and messages as torch::optim::SGD.

@@ -1,6 +1,7 @@
 // mixprec::optim::Adam (include/mixprec/optim/adam.h) and the fused step it shares with AdamW:
-// walk the param groups, find or create each parameter's state, hand views to
-// core::fused_adam_, and advance the step counts only when the kernel applied the update.
+// walk the param groups device by device, find or create each parameter's state, hand views to
+// core::fused_adam_, and advance the step counts only when the update was applied (on CUDA the
+// kernels do that on the device).
 #include "mixprec/optim/adam.h"
 
 #include <ATen/ATen.h>
@@ -29,7 +30,7 @@ void check_adam_options(double lr, double eps, double beta1, double beta2, doubl
 template <typename ParamState, typename Options>
 void fused_adam_step(torch::optim::Optimizer& optimizer, const SupportsAmpScaling& amp,
                      bool decoupled, const char* who) {
-  const AmpScalars scalars(amp, who);
+  AmpScalars scalars(amp, who);
   auto& all_state = optimizer.state();
   for (auto& group : optimizer.param_groups()) {
     const auto& options = static_cast<const Options&>(group.options());
@@ -42,55 +43,66 @@ void fused_adam_step(torch::optim::Optimizer& optimizer, const SupportsAmpScalin
     hyper.amsgrad = options.amsgrad();
     hyper.decoupled_weight_decay = decoupled;
 
-    std::vector<core::AdamTensors> tensors;
-    std::vector<ParamState*> states;  // parallel to tensors
-    std::vector<std::pair<std::string, std::unique_ptr<ParamState>>> created;
-    ElementwiseViews views;
-    for (const at::Tensor& p : group.params()) {
-      const at::Tensor& grad = p.grad();
-      if (!grad.defined()) continue;
-      TORCH_CHECK(!grad.is_sparse(), who, " does not support sparse gradients");
-      const std::string key = state_key(p);
-      ParamState* state = nullptr;
-      auto found = all_state.find(key);
-      if (found == all_state.end()) {
-        // Kept only if the step is applied: a skipped first step leaves no state, as with
-        // GradScaler and torch::optim::Adam, which is not called at all then.
-        auto fresh = std::make_unique<ParamState>();
-        fresh->step(0);
-        fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        if (hyper.amsgrad) fresh->max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        state = fresh.get();
-        created.emplace_back(key, std::move(fresh));
-      } else {
-        state = static_cast<ParamState*>(found->second.get());
+    for (const auto& [device, params] : by_device(group.params())) {
+      const bool cuda = device.is_cuda();
+      std::vector<core::AdamTensors> tensors;
+      std::vector<ParamState*> states;  // parallel to tensors
+      std::vector<std::pair<std::string, std::unique_ptr<ParamState>>> created;
+      ElementwiseViews views;
+      for (const at::Tensor& p : params) {
+        const at::Tensor& grad = p.grad();
+        TORCH_CHECK(!grad.is_sparse(), who, " does not support sparse gradients");
+        const std::string key = state_key(p);
+        const auto fresh_state = [&] {
+          ParamState fresh;
+          fresh.step(0);
+          fresh.exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+          fresh.exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+          if (hyper.amsgrad) fresh.max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+          return fresh;
+        };
+        core::AdamTensors t;
+        ParamState* state = nullptr;
+        if (cuda) {  // Note [Step counts of CUDA parameters] (adapter.h)
+          auto& on_gpu = device_state<ParamState>(all_state, key, p, fresh_state);
+          t.step_count = on_gpu.count();
+          state = &on_gpu;
+        } else if ((state = host_state<ParamState>(all_state, key)) == nullptr) {
+          // Kept only if the step is applied: a skipped first step leaves no state, as with
+          // GradScaler and torch::optim::Adam, which is not called at all then.
+          created.emplace_back(key, std::make_unique<ParamState>(fresh_state()));
+          state = created.back().second.get();
+        }
         // amsgrad switched on after the state was made: start its maximum from zero.
         if (hyper.amsgrad && !state->max_exp_avg_sq().defined()) {
           state->max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
         }
+        std::vector<at::Tensor> list{p, grad, state->exp_avg(), state->exp_avg_sq()};
+        if (hyper.amsgrad) list.push_back(state->max_exp_avg_sq());
+        const std::vector<core::TensorView> v = views.add(list, who);
+        t.param = v[0];
+        t.grad = v[1];
+        t.exp_avg = v[2];
+        t.exp_avg_sq = v[3];
+        if (hyper.amsgrad) t.max_exp_avg_sq = v[4];
+        t.step = state->step() + 1;
+        tensors.push_back(t);
+        states.push_back(state);
       }
-      std::vector<at::Tensor> list{p, grad, state->exp_avg(), state->exp_avg_sq()};
-      if (hyper.amsgrad) list.push_back(state->max_exp_avg_sq());
-      const std::vector<core::TensorView> v = views.add(list, who);
-      core::AdamTensors t;
-      t.param = v[0];
-      t.grad = v[1];
-      t.exp_avg = v[2];
-      t.exp_avg_sq = v[3];
-      if (hyper.amsgrad) t.max_exp_avg_sq = v[4];
-      t.step = state->step() + 1;
-      tensors.push_back(t);
-      states.push_back(state);
+      const bool applied = call_kernel(who, device, [&](void* stream) {
+        return core::fused_adam_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(device),
+                                 scalars.found_inf(device), stream);
+      });
+      // CUDA: the device decided, and a skipped step wrote nothing, so copying back is exact.
+      if (cuda) {
+        views.write_back();
+        continue;
+      }
+      if (!applied) continue;  // found_inf: nothing was written; drop the state made above
+      views.write_back();
+      for (ParamState* state : states) state->step(state->step() + 1);
+      for (auto& [key, fresh] : created) all_state[key] = std::move(fresh);
     }
-    const bool applied = call_kernel(who, [&] {
-      return core::fused_adam_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(),
-                               scalars.found_inf());
-    });
-    if (!applied) continue;  // found_inf: nothing was written; drop the state made above
-    views.write_back();
-    for (ParamState* state : states) state->step(state->step() + 1);
-    for (auto& [key, fresh] : created) all_state[key] = std::move(fresh);
   }
 }
 

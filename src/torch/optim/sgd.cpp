@@ -1,6 +1,6 @@
-// mixprec::optim::SGD (include/mixprec/optim/sgd.h): walk the param groups, find or create the
-// momentum buffers, hand views to core::fused_sgd_, and keep new buffers only when the kernel
-// applied the update.
+// mixprec::optim::SGD (include/mixprec/optim/sgd.h): walk the param groups device by device,
+// find or create the momentum buffers, hand views to core::fused_sgd_, and keep new CPU buffers
+// only when the kernel applied the update.
 #include "mixprec/optim/sgd.h"
 
 #include <ATen/ATen.h>
@@ -36,7 +36,7 @@ at::Tensor SGD::step(LossClosure closure) {
   constexpr const char* kWho = "mixprec::optim::SGD";
   c10::NoGradGuard no_grad;
   at::Tensor loss = detail::run_closure(closure);
-  const detail::AmpScalars scalars(*this, kWho);
+  detail::AmpScalars scalars(*this, kWho);
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
     core::SgdHyper hyper;
@@ -46,44 +46,59 @@ at::Tensor SGD::step(LossClosure closure) {
     hyper.weight_decay = options.weight_decay();
     hyper.nesterov = options.nesterov();
 
-    std::vector<core::SgdTensors> tensors;
-    std::vector<std::pair<std::string, std::unique_ptr<torch::optim::SGDParamState>>> created;
-    detail::ElementwiseViews views;
-    for (const at::Tensor& p : group.params()) {
-      const at::Tensor& grad = p.grad();
-      if (!grad.defined()) continue;
-      TORCH_CHECK(!grad.is_sparse(), kWho, " does not support sparse gradients");
-      core::SgdTensors t;
-      std::vector<at::Tensor> list{p, grad};
-      if (hyper.momentum != 0.0) {
-        const std::string key = detail::state_key(p);
-        auto found = state_.find(key);
-        if (found == state_.end()) {
-          // The kernel fills the new buffer with the first gradient (LibTorch clones it); the
-          // buffer is kept only if the step is applied.
-          auto fresh = std::make_unique<torch::optim::SGDParamState>();
-          fresh->momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
-          list.push_back(fresh->momentum_buffer());
-          t.first_step = true;
-          created.emplace_back(key, std::move(fresh));
-        } else {
-          list.push_back(
-              static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
+    for (const auto& [device, params] : detail::by_device(group.params())) {
+      const bool cuda = device.is_cuda();
+      std::vector<core::SgdTensors> tensors;
+      std::vector<std::pair<std::string, std::unique_ptr<torch::optim::SGDParamState>>> created;
+      detail::ElementwiseViews views;
+      for (const at::Tensor& p : params) {
+        const at::Tensor& grad = p.grad();
+        TORCH_CHECK(!grad.is_sparse(), kWho, " does not support sparse gradients");
+        core::SgdTensors t;
+        std::vector<at::Tensor> list{p, grad};
+        if (hyper.momentum != 0.0) {
+          const std::string key = detail::state_key(p);
+          if (cuda) {
+            // Note [Step counts of CUDA parameters] (adapter.h). The buffer starts at zero, so
+            // a state saved before its first applied step holds no garbage.
+            auto& state = detail::device_state<torch::optim::SGDParamState>(state_, key, p, [&] {
+              torch::optim::SGDParamState fresh;
+              fresh.momentum_buffer(at::zeros_like(p, at::MemoryFormat::Preserve));
+              return fresh;
+            });
+            list.push_back(state.momentum_buffer());
+            t.step_count = state.count();
+          } else if (auto* state = detail::host_state<torch::optim::SGDParamState>(state_, key)) {
+            list.push_back(state->momentum_buffer());
+          } else {
+            // The kernel fills the new buffer with the first gradient (LibTorch clones it); the
+            // buffer is kept only if the step is applied.
+            auto fresh = std::make_unique<torch::optim::SGDParamState>();
+            fresh->momentum_buffer(at::empty_like(p, at::MemoryFormat::Preserve));
+            list.push_back(fresh->momentum_buffer());
+            t.first_step = true;
+            created.emplace_back(key, std::move(fresh));
+          }
         }
+        const std::vector<core::TensorView> v = views.add(list, kWho);
+        t.param = v[0];
+        t.grad = v[1];
+        if (hyper.momentum != 0.0) t.momentum_buffer = v[2];
+        tensors.push_back(t);
       }
-      const std::vector<core::TensorView> v = views.add(list, kWho);
-      t.param = v[0];
-      t.grad = v[1];
-      if (hyper.momentum != 0.0) t.momentum_buffer = v[2];
-      tensors.push_back(t);
+      const bool applied = detail::call_kernel(kWho, device, [&](void* stream) {
+        return core::fused_sgd_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(device),
+                                scalars.found_inf(device), stream);
+      });
+      // CUDA: the device decided, and a skipped step wrote nothing, so copying back is exact.
+      if (cuda) {
+        views.write_back();
+        continue;
+      }
+      if (!applied) continue;  // found_inf: nothing was written; drop the buffers made above
+      views.write_back();
+      for (auto& [key, fresh] : created) state_[key] = std::move(fresh);
     }
-    const bool applied = detail::call_kernel(kWho, [&] {
-      return core::fused_sgd_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(),
-                              scalars.found_inf());
-    });
-    if (!applied) continue;  // found_inf: nothing was written; drop the buffers made above
-    views.write_back();
-    for (auto& [key, fresh] : created) state_[key] = std::move(fresh);
   }
   return loss;
 }
