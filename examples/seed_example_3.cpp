@@ -1,6 +1,8 @@
 // Seed example 3: the basic mixed-precision training loop (Linear + SGD + MSELoss, two epochs).
-// Prints "Epoch 1: scale=65536.0" and "Epoch 2: scale=65536.0". Without CUDA the autocast guard
-// warns and stays off (as Python does); the scaler itself stays enabled on the CPU.
+// Prints "Epoch 1: scale=65536.0" and "Epoch 2: scale=65536.0". With a CUDA device the model and
+// data move to it and autocast runs the forward pass in real fp16 (the scale then lives on the
+// GPU). Without CUDA everything stays on the CPU: the autocast guard warns and stays off (as
+// Python does) and the scaler itself stays enabled on the CPU. The printed lines are the same.
 #include <mixprec/mixprec.h>
 #include <torch/torch.h>
 
@@ -13,16 +15,20 @@ int main() {
 
   // torch.manual_seed(0)
   torch::manual_seed(0);
-  // model = nn.Linear(10, 1)
+  // device = "cuda" if torch.cuda.is_available() else "cpu"
+  const torch::Device device(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
+  // model = nn.Linear(10, 1).to(device)   (initialised on the CPU, so the values do not depend
+  // on the device; .to(kCPU) is a no-op)
   torch::nn::Linear model(10, 1);
+  model->to(device);
   // optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
   // scaler = torch.cuda.amp.GradScaler()
   mixprec::GradScaler scaler;
 
-  // x = torch.randn(32, 10); y = torch.randn(32, 1)
-  torch::Tensor x = torch::randn({32, 10});
-  torch::Tensor y = torch::randn({32, 1});
+  // x = torch.randn(32, 10).to(device); y = torch.randn(32, 1).to(device)
+  torch::Tensor x = torch::randn({32, 10}).to(device);
+  torch::Tensor y = torch::randn({32, 1}).to(device);
 
   // for epoch in range(2):
   for (int epoch = 0; epoch < 2; ++epoch) {
