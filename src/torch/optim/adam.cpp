@@ -43,7 +43,9 @@ void fused_adam_step(torch::optim::Optimizer& optimizer, const SupportsAmpScalin
     hyper.amsgrad = options.amsgrad();
     hyper.decoupled_weight_decay = decoupled;
 
-    for (const auto& [device, params] : by_device(group.params())) {
+    for (const auto& batch : by_device(group.params())) {
+      const c10::Device device = batch.first;  // a variable, so the lambdas can capture it
+      const std::vector<at::Tensor>& params = batch.second;
       const bool cuda = device.is_cuda();
       std::vector<core::AdamTensors> tensors;
       std::vector<ParamState*> states;  // parallel to tensors

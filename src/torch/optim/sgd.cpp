@@ -46,7 +46,9 @@ at::Tensor SGD::step(LossClosure closure) {
     hyper.weight_decay = options.weight_decay();
     hyper.nesterov = options.nesterov();
 
-    for (const auto& [device, params] : detail::by_device(group.params())) {
+    for (const auto& batch : detail::by_device(group.params())) {
+      const c10::Device device = batch.first;  // a variable, so the lambdas can capture it
+      const std::vector<at::Tensor>& params = batch.second;
       const bool cuda = device.is_cuda();
       std::vector<core::SgdTensors> tensors;
       std::vector<std::pair<std::string, std::unique_ptr<torch::optim::SGDParamState>>> created;
