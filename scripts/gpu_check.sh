@@ -13,6 +13,7 @@
 #   PYTHON                python with torch (default: the first of python3, python with CUDA torch)
 #   GTEST_SOURCE_DIR      GoogleTest sources (default /usr/src/googletest when present)
 #   BENCHMARK_SOURCE_DIR  Google Benchmark sources (no default)
+#   HWY_SOURCE_DIR        Highway sources, for a machine without libhwy-dev (no default)
 #     Both are built with the wheel's _GLIBCXX_USE_CXX11_ABI (wheels before torch 2.7 use 0) and
 #     installed into the build folder; without them the system packages are used when the ABI
 #     allows it (ABI 1), otherwise the stages that need them fail with a clear message.
@@ -170,6 +171,7 @@ fi
 gtest_src="${GTEST_SOURCE_DIR:-}"
 [[ -z "$gtest_src" && -f /usr/src/googletest/CMakeLists.txt ]] && gtest_src=/usr/src/googletest
 bench_src="${BENCHMARK_SOURCE_DIR:-}"
+hwy_src="${HWY_SOURCE_DIR:-}"
 deps_prefix="$build/_deps/prefix"
 targets=(mixprec_cuda_tests mixprec_gpu_tests seed_example_3 mixprec_gpu_differential)
 with_bench=1
@@ -209,6 +211,10 @@ deps() {
          "a system GoogleTest would not link" >&2
     return 1
   fi
+  if [[ -n "$hwy_src" ]]; then  # mixprec::core's SIMD (Debian: libhwy-dev)
+    build_dep "$hwy_src" highway -DHWY_ENABLE_TESTS=OFF -DHWY_ENABLE_EXAMPLES=OFF \
+      -DHWY_ENABLE_CONTRIB=OFF -DBUILD_TESTING=OFF || return 1
+  fi
   if [[ -n "$bench_src" ]]; then
     build_dep "$bench_src" benchmark -DBENCHMARK_ENABLE_TESTING=OFF \
       -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF \
@@ -217,7 +223,7 @@ deps() {
   echo "dependencies ready in $deps_prefix"
 }
 mkdir -p "$build"
-export build deps_prefix abi jobs gtest_src bench_src root torch_prefix nvcc CUDA_ARCH logs out
+export build deps_prefix abi jobs gtest_src bench_src hwy_src root torch_prefix nvcc CUDA_ARCH logs out
 export -f build_dep deps
 stage dependencies 150 "GoogleTest from ${gtest_src:-system}, Google Benchmark from ${bench_src:-system}" -- deps
 ((with_bench)) || record benchmark-deps FAIL 0 "$no_bench_reason"

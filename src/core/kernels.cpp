@@ -3,6 +3,8 @@
 // the scale update and the fused optimizers (include/mixprec/core/kernels.h, optim_kernels.h).
 #include "mixprec/core/kernels.h"
 
+#include <string>
+
 #include "cpu/fused_optim.h"
 #include "cpu/unscale.h"
 #include "mixprec/core/error.h"
@@ -38,7 +40,11 @@ bool cuda_kernels_built() {
 
 namespace {
 
-const char* device_name(DeviceType type) { return type == DeviceType::kCPU ? "cpu" : "cuda"; }
+// "cpu", "cuda:N", or "cuda" (the current device), as LibTorch prints devices.
+std::string device_name(const Device& device) {
+  if (device.type == DeviceType::kCPU) return "cpu";
+  return device.index < 0 ? "cuda" : "cuda:" + std::to_string(device.index);
+}
 
 #ifndef MIXPREC_WITH_CUDA
 [[noreturn]] void throw_no_cuda(const char* who) {
@@ -61,8 +67,7 @@ void check_optim_view(const TensorView& view, const TensorView& param, const cha
   MIXPREC_CHECK(view.data != nullptr || view.numel == 0, who, ": parameter ", index, ": ", name,
                 " has ", view.numel, " elements but a null data pointer");
   MIXPREC_CHECK(view.device == param.device, who, ": parameter ", index, ": ", name, " is on ",
-                device_name(view.device.type), ":", view.device.index, " but the parameter is on ",
-                device_name(param.device.type), ":", param.device.index);
+                device_name(view.device), " but the parameter is on ", device_name(param.device));
 }
 
 // The device of a fused step: that of the first parameter, which all others must share.
@@ -73,8 +78,7 @@ Device optim_device(const Tensors* params, std::size_t count, const char* who) {
   for (std::size_t i = 0; i < count; ++i) {
     const Device d = params[i].param.device;
     MIXPREC_CHECK(d == device, who, ": all parameters must be on one device; parameter 0 is on ",
-                  device_name(device.type), ":", device.index, ", parameter ", i, " on ",
-                  device_name(d.type), ":", d.index);
+                  device_name(device), ", parameter ", i, " on ", device_name(d));
   }
   return device;
 }
@@ -105,8 +109,7 @@ void non_finite_check_and_unscale_(const TensorView* grads, std::size_t count, f
     MIXPREC_CHECK(g.data != nullptr || g.numel == 0, kWho, ": grad ", i, " has ", g.numel,
                   " elements but a null data pointer");
     MIXPREC_CHECK(g.device == device, kWho, ": all grads must be on one device; grad 0 is on ",
-                  device_name(device.type), ":", device.index, ", grad ", i, " on ",
-                  device_name(g.device.type), ":", g.device.index);
+                  device_name(device), ", grad ", i, " on ", device_name(g.device));
   }
   if (device.type == DeviceType::kCPU) {
     cpu::non_finite_check_and_unscale(grads, count, found_inf, *inv_scale);
