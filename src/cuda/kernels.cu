@@ -29,7 +29,7 @@ __device__ bool unscale_chunk(void* data, std::int64_t begin, std::int64_t end, 
     found |= nonfinite(e[0]);
     if (write[0]) e[0] = store(load(e[0]) * inv);
   };
-  chunk_loop<1>(ptr, write, begin, end, op);
+  chunk_loop<1>(ptr, write, begin, end, op, threadIdx.x, blockDim.x);
   return found;
 }
 

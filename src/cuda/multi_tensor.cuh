@@ -9,6 +9,14 @@
 #include <cstdint>
 
 #include "mixprec/core/error.h"
+#include "mixprec/core/macros.h"
+
+// Full unrolling of the constant-trip loops over buffers and vector lanes (nvcc only).
+#ifdef __CUDACC__
+#define MIXPREC_UNROLL _Pragma("unroll")
+#else
+#define MIXPREC_UNROLL
+#endif
 
 namespace mixprec::core::cuda {
 
@@ -69,58 +77,61 @@ void for_each_launch(std::size_t count, const Numel& numel, const Set& set, cons
   flush();
 }
 
-#ifdef __CUDACC__  // the device half; the host half above is also tested without nvcc
-
-/// Calls `op(e)` for every element of this block's chunk [begin, end) of the kDepth buffers
-/// `ptr`, with `e[d]` the element of buffer d in registers; buffers whose `write[d]` is set are
-/// stored back. When all buffers are aligned, each thread moves kIlp elements per buffer with one
-/// vector load and store; otherwise, and for the chunk's tail, one element at a time.
+/// Calls `op(e)` for every element of a block's chunk [begin, end) of the kDepth buffers `ptr`,
+/// with `e[d]` the element of buffer d in registers, for the share of thread `thread` of
+/// `threads` (on the device: threadIdx.x of blockDim.x; tests run every thread on the host).
+/// Buffers whose `write[d]` is set are stored back. When all buffers are aligned, each thread
+/// moves kIlp elements per buffer with one vector load and store; otherwise, and for the
+/// chunk's tail, one element at a time.
 template <int kDepth, typename T, typename Op>
-__device__ void chunk_loop(T* const (&ptr)[kDepth], const bool (&write)[kDepth], std::int64_t begin,
-                           std::int64_t end, Op& op) {
+MIXPREC_HOST_DEVICE void chunk_loop(T* const (&ptr)[kDepth], const bool (&write)[kDepth],
+                                    std::int64_t begin, std::int64_t end, Op& op,
+                                    std::int64_t thread, std::int64_t threads) {
   struct alignas(sizeof(T) * kIlp) Vec {
     T v[kIlp];
   };
   bool aligned = true;
-#pragma unroll
+  MIXPREC_UNROLL
   for (int d = 0; d < kDepth; ++d) {
     aligned = aligned && reinterpret_cast<std::uintptr_t>(ptr[d]) % sizeof(Vec) == 0;
   }
   std::int64_t tail = begin;
   if (aligned) {  // begin is a multiple of kChunk, hence of kIlp: the vectors stay aligned
     const std::int64_t vectors = (end - begin) / kIlp;
-    for (std::int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    for (std::int64_t v = thread; v < vectors; v += threads) {
       T e[kIlp][kDepth];
-#pragma unroll
+      MIXPREC_UNROLL
       for (int d = 0; d < kDepth; ++d) {
         const Vec x = reinterpret_cast<const Vec*>(ptr[d] + begin)[v];
-#pragma unroll
+        MIXPREC_UNROLL
         for (int l = 0; l < kIlp; ++l) e[l][d] = x.v[l];
       }
-#pragma unroll
+      MIXPREC_UNROLL
       for (int l = 0; l < kIlp; ++l) op(e[l]);
-#pragma unroll
+      MIXPREC_UNROLL
       for (int d = 0; d < kDepth; ++d) {
         if (!write[d]) continue;
         Vec x;
-#pragma unroll
+        MIXPREC_UNROLL
         for (int l = 0; l < kIlp; ++l) x.v[l] = e[l][d];
         reinterpret_cast<Vec*>(ptr[d] + begin)[v] = x;
       }
     }
     tail = begin + vectors * kIlp;
   }
-  for (std::int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+  for (std::int64_t i = tail + thread; i < end; i += threads) {
     T e[kDepth];
-#pragma unroll
+    MIXPREC_UNROLL
     for (int d = 0; d < kDepth; ++d) e[d] = ptr[d][i];
     op(e);
-#pragma unroll
+    MIXPREC_UNROLL
     for (int d = 0; d < kDepth; ++d) {
       if (write[d]) ptr[d][i] = e[d];
     }
   }
 }
+
+#ifdef __CUDACC__  // the device half; everything above is also tested on the host
 
 /// This block's chunk of its tensor in `meta`: [begin, end) and the tensor's slot.
 template <typename Meta>

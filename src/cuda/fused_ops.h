@@ -1,0 +1,142 @@
+// The per-element math of the CUDA fused optimizer kernels (internal), as host/device code: the
+// kernels in fused_optim.cu run it on the device, and tests/cuda/fused_ops_test.cpp runs the very
+// same functions on the host against the CPU kernels, so the math is tested without a GPU.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "mixprec/core/macros.h"
+
+namespace mixprec::core::cuda {
+
+// Note [CUDA fused kernels compute as the CPU ones]
+// The per-element expressions below are those of src/cpu/fused_optim.cpp, in the same order and
+// in the parameter's type, and CMakeLists.txt builds the CUDA sources with --fmad=false so that
+// nvcc does not contract a * b + c into one FMA (the CPU build has no FMA either). SGD is then
+// bit-identical to the CPU kernel; Adam's bias corrections come from the device's pow(), which
+// may differ from glibc's in the last bit, so on a GPU Adam agrees to rounding (tests/cuda).
+
+/// The hyper-parameters a kernel needs, by value.
+struct SgdArgs {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+
+/// The hyper-parameters a kernel needs, by value.
+struct AdamArgs {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled;
+};
+
+/// True when the step is skipped: found_inf is set (any non-zero value, NaN included).
+MIXPREC_HOST_DEVICE inline bool skip_step(const float* found_inf) {
+  return found_inf != nullptr && *found_inf != 0.0f;
+}
+
+/// The inverse GradScaler::unscale_() uses (Note [Fused unscale multiplies by the inverse] in
+/// src/cpu/fused_optim.cpp); 1 without a grad_scale.
+MIXPREC_HOST_DEVICE inline float inverse_scale(const float* grad_scale) {
+  return grad_scale == nullptr ? 1.0f : static_cast<float>(1.0 / static_cast<double>(*grad_scale));
+}
+
+/// One SGD element: e = {param, grad[, momentum_buffer]}.
+template <typename T, bool kMomentum>
+struct SgdOp {
+  static constexpr int kDepth = kMomentum ? 3 : 2;
+  T inv_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
+  bool unscale, decay, first, nesterov;
+
+  MIXPREC_HOST_DEVICE void operator()(T (&e)[kDepth]) const {
+    T d = e[1];
+    if (unscale) {
+      d = d * inv_scale;
+      e[1] = d;
+    }
+    const T param = e[0];
+    if (decay) d = d + weight_decay * param;
+    if constexpr (kMomentum) {
+      // LibTorch clones the first gradient into the buffer: no dampening then.
+      const T b = first ? d : e[2] * momentum + one_minus_dampening * d;
+      e[2] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    e[0] = param + neg_lr * d;
+  }
+};
+
+/// The SGD element op for inverse scale `inv` and a parameter whose applied-step count is
+/// `count` (null: no count; 0: the momentum buffer is still empty).
+template <typename T, bool kMomentum>
+MIXPREC_HOST_DEVICE SgdOp<T, kMomentum> make_sgd_op(const SgdArgs& h, float inv,
+                                                    const std::int64_t* count) {
+  return {static_cast<T>(inv),
+          static_cast<T>(h.weight_decay),
+          static_cast<T>(h.momentum),
+          static_cast<T>(1.0 - h.dampening),
+          static_cast<T>(-1.0 * h.lr),
+          inv != 1.0f,
+          h.weight_decay != 0.0,
+          count != nullptr && *count == 0,
+          h.nesterov};
+}
+
+/// One Adam element: e = {param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq]}.
+template <typename T, bool kAmsgrad>
+struct AdamOp {
+  static constexpr int kDepth = kAmsgrad ? 5 : 4;
+  T inv_scale, weight_decay, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  T neg_step_size, sqrt_bias_correction2, eps;
+  bool unscale, l2, decoupled;
+
+  MIXPREC_HOST_DEVICE void operator()(T (&e)[kDepth]) const {
+    using std::sqrt;
+    T grad = e[1];
+    if (unscale) {
+      grad = grad * inv_scale;
+      e[1] = grad;
+    }
+    if (l2) grad = grad + weight_decay * e[0];
+    e[2] = e[2] * beta1 + one_minus_beta1 * grad;
+    const T v = e[3] * beta2 + one_minus_beta2 * grad * grad;
+    e[3] = v;
+    T root = v;
+    if constexpr (kAmsgrad) {
+      const T old = e[4];
+      root = (v > old || v != v) ? v : old;  // NaN-propagating, as torch::max_out
+      e[4] = root;
+    }
+    root = sqrt(root);
+    T param = e[0];
+    if (decoupled) param = param * decay;
+    const T denom = root / sqrt_bias_correction2 + eps;
+    e[0] = param + neg_step_size * (e[2] / denom);
+  }
+};
+
+/// The Adam(W) element op for inverse scale `inv` at step `step` (counting from 1); the bias
+/// corrections in double, as LibTorch.
+template <typename T, bool kAmsgrad>
+MIXPREC_HOST_DEVICE AdamOp<T, kAmsgrad> make_adam_op(const AdamArgs& h, float inv,
+                                                     std::int64_t step) {
+  using std::pow;
+  using std::sqrt;
+  const double bc1 = 1.0 - pow(h.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - pow(h.beta2, static_cast<double>(step));
+  const bool has_decay = h.weight_decay != 0.0;
+  return {static_cast<T>(inv),
+          static_cast<T>(h.weight_decay),
+          static_cast<T>(1.0 - h.lr * h.weight_decay),
+          static_cast<T>(h.beta1),
+          static_cast<T>(1.0 - h.beta1),
+          static_cast<T>(h.beta2),
+          static_cast<T>(1.0 - h.beta2),
+          static_cast<T>(-(h.lr / bc1)),
+          static_cast<T>(sqrt(bc2)),
+          static_cast<T>(h.eps),
+          inv != 1.0f,
+          has_decay && !h.decoupled,
+          has_decay && h.decoupled};
+}
+
+}  // namespace mixprec::core::cuda
