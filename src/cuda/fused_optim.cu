@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/fused_ops.h"
+#include "cuda/element_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/multi_tensor.cuh"
 
@@ -23,7 +23,7 @@ using AdamMeta = ChunkMeta<5, 36, 320>;
 static_assert(sizeof(SgdMeta) + sizeof(SgdArgs) + 2 * sizeof(void*) <= 4096, "parameter limit");
 static_assert(sizeof(AdamMeta) + sizeof(AdamArgs) + 2 * sizeof(void*) <= 4096, "parameter limit");
 
-// The element math is in fused_ops.h (Note [CUDA fused kernels compute as the CPU ones]); a
+// The element math is in element_ops.h (Note [CUDA fused kernels compute as the CPU ones]); a
 // kernel skips on found_inf, finds its chunk, makes the op and runs the chunk loop.
 template <typename T, bool kMomentum>
 __global__ void __launch_bounds__(kThreads)

@@ -3,6 +3,7 @@
 // pytorch/pytorch#127176) and the one-thread update kernel that runs THE update rule.
 #include <cuda_runtime.h>
 
+#include "cuda/element_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/multi_tensor.cuh"
 #include "mixprec/core/error.h"
@@ -18,19 +19,15 @@ namespace {
 using UnscaleMeta = ChunkMeta<1, 48, 320>;
 static_assert(sizeof(UnscaleMeta) + 2 * sizeof(void*) <= 4096, "kernel parameter limit");
 
-// One buffer of Storage: check every element as stored, multiply it in Compute when `inv` != 1.
-template <typename Storage, typename Compute, typename Load, typename Store, typename NonFinite>
-__device__ bool unscale_chunk(void* data, std::int64_t begin, std::int64_t end, Compute inv,
-                              Load load, Store store, NonFinite nonfinite) {
+// This block's chunk of one tensor of dtype kType; true when it holds a non-finite value.
+template <DType kType>
+__device__ bool unscale_chunk(void* data, std::int64_t begin, std::int64_t end, float inv) {
+  using Storage = typename UnscaleType<kType>::Storage;
+  UnscaleOp<kType> op = make_unscale_op<kType>(inv);
   Storage* const ptr[1] = {static_cast<Storage*>(data)};
-  const bool write[1] = {inv != Compute(1)};
-  bool found = false;
-  auto op = [&](Storage(&e)[1]) {
-    found |= nonfinite(e[0]);
-    if (write[0]) e[0] = store(load(e[0]) * inv);
-  };
+  const bool write[1] = {op.write};
   chunk_loop<1>(ptr, write, begin, end, op, threadIdx.x, blockDim.x);
-  return found;
+  return op.found;
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -39,28 +36,19 @@ __global__ void __launch_bounds__(kThreads)
   std::int64_t begin = 0, end = 0;
   const int t = block_chunk(meta, &begin, &end);
   void* data = meta.data[0][t];
-  const auto same = [] __device__(auto v) { return v; };
   bool found = false;
   switch (static_cast<DType>(meta.dtype[t])) {
     case DType::kFloat32:
-      found = unscale_chunk<float>(data, begin, end, inv, same, same,
-                                   [] __device__(float v) { return is_nonfinite(v); });
+      found = unscale_chunk<DType::kFloat32>(data, begin, end, inv);
       break;
     case DType::kFloat64:
-      found = unscale_chunk<double>(data, begin, end, static_cast<double>(inv), same, same,
-                                    [] __device__(double v) { return is_nonfinite(v); });
+      found = unscale_chunk<DType::kFloat64>(data, begin, end, inv);
       break;
     case DType::kFloat16:
-      found = unscale_chunk<std::uint16_t>(
-          data, begin, end, inv, [] __device__(std::uint16_t v) { return half_bits_to_float(v); },
-          [] __device__(float v) { return float_to_half_bits(v); },
-          [] __device__(std::uint16_t v) { return half_bits_nonfinite(v); });
+      found = unscale_chunk<DType::kFloat16>(data, begin, end, inv);
       break;
     case DType::kBFloat16:
-      found = unscale_chunk<std::uint16_t>(
-          data, begin, end, inv, [] __device__(std::uint16_t v) { return bf16_bits_to_float(v); },
-          [] __device__(float v) { return float_to_bf16_bits(v); },
-          [] __device__(std::uint16_t v) { return bf16_bits_nonfinite(v); });
+      found = unscale_chunk<DType::kBFloat16>(data, begin, end, inv);
       break;
   }
   // Every writer writes the same 1.0f, so the race is benign; found_inf is never cleared.

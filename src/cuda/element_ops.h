@@ -1,14 +1,76 @@
-// The per-element math of the CUDA fused optimizer kernels (internal), as host/device code: the
-// kernels in fused_optim.cu run it on the device, and tests/cuda/fused_ops_test.cpp runs the very
-// same functions on the host against the CPU kernels, so the math is tested without a GPU.
+// The per-element operations of the CUDA kernels (internal), as host/device code: unscale-and-
+// check (kernels.cu) and the fused optimizers (fused_optim.cu) run them on the device, and
+// tests/cuda/element_ops_test.cpp runs the very same code on the host against the reference and
+// the CPU kernels, so the math is tested without a GPU.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "mixprec/core/half.h"
 #include "mixprec/core/macros.h"
+#include "mixprec/core/tensor_view.h"
 
 namespace mixprec::core::cuda {
+
+/// How unscale-and-check reads, computes and writes one element of each dtype.
+template <DType kType>
+struct UnscaleType;
+template <>
+struct UnscaleType<DType::kFloat32> {
+  using Storage = float;
+  using Compute = float;
+  MIXPREC_HOST_DEVICE static float load(float v) { return v; }
+  MIXPREC_HOST_DEVICE static float store(float v) { return v; }
+  MIXPREC_HOST_DEVICE static bool nonfinite(float v) { return is_nonfinite(v); }
+};
+template <>
+struct UnscaleType<DType::kFloat64> {
+  using Storage = double;
+  using Compute = double;
+  MIXPREC_HOST_DEVICE static double load(double v) { return v; }
+  MIXPREC_HOST_DEVICE static double store(double v) { return v; }
+  MIXPREC_HOST_DEVICE static bool nonfinite(double v) { return is_nonfinite(v); }
+};
+template <>
+struct UnscaleType<DType::kFloat16> {
+  using Storage = std::uint16_t;
+  using Compute = float;
+  MIXPREC_HOST_DEVICE static float load(std::uint16_t v) { return half_bits_to_float(v); }
+  MIXPREC_HOST_DEVICE static std::uint16_t store(float v) { return float_to_half_bits(v); }
+  MIXPREC_HOST_DEVICE static bool nonfinite(std::uint16_t v) { return half_bits_nonfinite(v); }
+};
+template <>
+struct UnscaleType<DType::kBFloat16> {
+  using Storage = std::uint16_t;
+  using Compute = float;
+  MIXPREC_HOST_DEVICE static float load(std::uint16_t v) { return bf16_bits_to_float(v); }
+  MIXPREC_HOST_DEVICE static std::uint16_t store(float v) { return float_to_bf16_bits(v); }
+  MIXPREC_HOST_DEVICE static bool nonfinite(std::uint16_t v) { return bf16_bits_nonfinite(v); }
+};
+
+/// One unscale-and-check element: note a non-finite value as stored, then, when `write`,
+/// multiply by `inv` in the compute type and store rounded to nearest even.
+template <DType kType>
+struct UnscaleOp {
+  using T = UnscaleType<kType>;
+  static constexpr int kDepth = 1;
+  typename T::Compute inv;
+  bool write;
+  bool found = false;
+
+  MIXPREC_HOST_DEVICE void operator()(typename T::Storage (&e)[1]) {
+    found |= T::nonfinite(e[0]);
+    if (write) e[0] = T::store(T::load(e[0]) * inv);
+  }
+};
+
+/// The unscale op for inverse scale `inv` (nothing is written when it is 1).
+template <DType kType>
+MIXPREC_HOST_DEVICE UnscaleOp<kType> make_unscale_op(float inv) {
+  using Compute = typename UnscaleType<kType>::Compute;
+  return {static_cast<Compute>(inv), inv != 1.0f};
+}
 
 // Note [CUDA fused kernels compute as the CPU ones]
 // The per-element expressions below are those of src/cpu/fused_optim.cpp, in the same order and

@@ -1,9 +1,9 @@
-// The CUDA fused kernels' element math and chunk loop (src/cuda/fused_ops.h, multi_tensor.cuh)
-// run on the host, every emulated thread of every chunk in turn, against the CPU fused kernels:
-// bit for bit, for aligned and unaligned buffers, chunk tails, the first momentum step and every
-// option. This needs no GPU; on a GPU, tests/cuda/cuda_fused_optim_test.cpp checks the kernels
-// themselves.
-#include "cuda/fused_ops.h"
+// The CUDA kernels' element operations and chunk loop (src/cuda/element_ops.h, multi_tensor.cuh)
+// run on the host, every emulated thread of every chunk in turn: unscale-and-check against the
+// scalar reference of tests/core, the fused optimizers against the CPU fused kernels, bit for bit,
+// for aligned and unaligned buffers, chunk tails, the first momentum step and every option. This
+// needs no GPU; on a GPU, tests/cuda/cuda_*_test.cpp check the kernels themselves.
+#include "cuda/element_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "core/reference.h"
 #include "cuda/multi_tensor.cuh"
 #include "mixprec/core/optim_kernels.h"
 
@@ -51,17 +52,19 @@ struct Buffers {
   }
 };
 
-// What a kernel does with `op` on one tensor: every chunk, every one of `threads` threads.
+// What a kernel does with `op` on one tensor: every chunk (or only the one at `chunk_begin`),
+// every one of `threads` threads. Buffer 1 (the gradient) is written only when `write_grad`.
 template <int kDepth, typename T, typename Op>
-void run_like_kernel(std::vector<T*>& buffers, std::int64_t n, const Op& op, bool write_grad,
-                     int threads) {
+void run_like_kernel(std::vector<T*>& buffers, std::int64_t n, Op& op, bool write_grad, int threads,
+                     std::int64_t chunk_begin = -1) {
   T* ptr[kDepth];
   bool write[kDepth];
   for (int d = 0; d < kDepth; ++d) {
     ptr[d] = buffers[static_cast<std::size_t>(d)];
-    write[d] = d != 1 || write_grad;
+    write[d] = kDepth == 1 ? write_grad : d != 1 || write_grad;
   }
   for (std::int64_t begin = 0; begin < n; begin += kChunk) {
+    if (chunk_begin >= 0 && begin != chunk_begin) continue;
     const std::int64_t end = std::min(begin + kChunk, n);
     for (int t = 0; t < threads; ++t) chunk_loop<kDepth>(ptr, write, begin, end, op, t, threads);
   }
@@ -95,14 +98,14 @@ void check_sgd(const SgdHyper& hyper, const float* grad_scale) {
         ++count;  // what advance_kernel does after an applied step
       }
       for (int d = 0; d < (kMomentum ? 3 : 2); ++d) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset << " buffer " << d);
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset << " buffer " << d);
         expect_same_bits(gpu.values(d), cpu.values(d), "sgd");
       }
     }
   }
 }
 
-TEST(FusedOpsTest, SgdElementMathAndChunkLoopMatchTheCpuKernelBitForBit) {
+TEST(ElementOpsTest, SgdElementMathAndChunkLoopMatchTheCpuKernelBitForBit) {
   const float scale = 1024.0f;
   SgdHyper plain;
   plain.lr = 0.1;
@@ -136,14 +139,14 @@ void check_adam(const AdamHyper& hyper, const float* grad_scale) {
         run_like_kernel<AdamOp<T, kAmsgrad>::kDepth>(gpu.ptr, n, op, op.unscale, 5);
       }
       for (int d = 0; d < (kAmsgrad ? 5 : 4); ++d) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset << " buffer " << d);
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " offset=" << offset << " buffer " << d);
         expect_same_bits(gpu.values(d), cpu.values(d), "adam");
       }
     }
   }
 }
 
-TEST(FusedOpsTest, AdamElementMathAndChunkLoopMatchTheCpuKernelBitForBit) {
+TEST(ElementOpsTest, AdamElementMathAndChunkLoopMatchTheCpuKernelBitForBit) {
   const float scale = 65536.0f;
   AdamHyper adam;
   adam.lr = 0.01;
@@ -159,7 +162,75 @@ TEST(FusedOpsTest, AdamElementMathAndChunkLoopMatchTheCpuKernelBitForBit) {
   check_adam<double, true>(amsgrad, &scale);
 }
 
-TEST(FusedOpsTest, SkipAndInverseScaleReadTheDeviceScalarsAsTheCpuPath) {
+// Random bit patterns of a dtype, specials (inf, NaN, denormals, extremes) among them.
+std::uint64_t random_bits(DType dtype, std::mt19937_64& rng) {
+  const std::uint64_t r = rng();
+  if (r % 16 == 0) {  // a special value: an all-ones or all-zeros exponent, any mantissa
+    switch (dtype) {
+      case DType::kFloat32:
+        return (r & 0x807fffffu) | (r & 1 ? 0x7f800000u : 0u);
+      case DType::kFloat64:
+        return (r & 0x800fffffffffffffull) | (r & 1 ? 0x7ff0000000000000ull : 0ull);
+      case DType::kFloat16:
+        return (r & 0x83ffu) | (r & 1 ? 0x7c00u : 0u);
+      case DType::kBFloat16:
+        return (r & 0x807fu) | (r & 1 ? 0x7f80u : 0u);
+    }
+  }
+  return dtype == DType::kFloat64 ? r : dtype == DType::kFloat32 ? r & 0xffffffffu : r & 0xffffu;
+}
+
+template <DType kType>
+void check_unscale(float inv) {
+  using Storage = typename UnscaleType<kType>::Storage;
+  std::mt19937_64 rng(static_cast<std::uint64_t>(kType) + 1);
+  for (std::int64_t n : kSizes) {
+    for (std::int64_t offset : {0, 1}) {
+      std::vector<Storage> storage(static_cast<std::size_t>(n + offset) + 64);
+      const auto addr = reinterpret_cast<std::uintptr_t>(storage.data());
+      Storage* data = storage.data() + (64 - addr % 64) % 64 / sizeof(Storage) + offset;
+      std::vector<std::uint64_t> before(static_cast<std::size_t>(n));
+      bool any_nonfinite = false;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::uint64_t bits = random_bits(kType, rng);
+        std::memcpy(&data[i], &bits, sizeof(Storage));  // little-endian: the low bytes
+        before[static_cast<std::size_t>(i)] = bits;
+        any_nonfinite = any_nonfinite || testing::reference_nonfinite(kType, bits);
+      }
+      bool found = false;
+      std::vector<Storage*> ptr{data};
+      for (std::int64_t begin = 0; begin < n; begin += kChunk) {  // per block, as the kernel
+        UnscaleOp<kType> op = make_unscale_op<kType>(inv);
+        run_like_kernel<1>(ptr, n, op, op.write, 5, begin);
+        found = found || op.found;
+      }
+      EXPECT_EQ(found, any_nonfinite) << "n=" << n;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint64_t got = 0;
+        std::memcpy(&got, &data[i], sizeof(Storage));
+        const std::uint64_t want =
+            testing::reference_unscaled(kType, before[static_cast<std::size_t>(i)], inv);
+        if (testing::reference_isnan(kType, want)) {
+          ASSERT_TRUE(testing::reference_isnan(kType, got)) << "element " << i;
+        } else {
+          ASSERT_EQ(got, want) << dtype_name(kType) << " n=" << n << " offset=" << offset
+                               << " element " << i << " input bits " << before[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(ElementOpsTest, UnscaleElementOpAndChunkLoopMatchTheReference) {
+  for (float inv : {1.0f / 65536.0f, 0.3f, 1.0f}) {  // 1: nothing may be written
+    check_unscale<DType::kFloat32>(inv);
+    check_unscale<DType::kFloat64>(inv);
+    check_unscale<DType::kFloat16>(inv);
+    check_unscale<DType::kBFloat16>(inv);
+  }
+}
+
+TEST(ElementOpsTest, SkipAndInverseScaleReadTheDeviceScalarsAsTheCpuPath) {
   const float zero = 0.0f, one = 1.0f, two = 2.0f, nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_FALSE(skip_step(nullptr));
   EXPECT_FALSE(skip_step(&zero));
