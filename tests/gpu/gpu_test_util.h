@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "torch/optim/adapter.h"  // mixprec::optim::detail::state_key
+
 namespace mixprec_gpu_test {
 
 using torch::Tensor;
@@ -35,9 +37,9 @@ class SyncDebugModeGuard {
   c10::cuda::SyncDebugMode previous_;
 };
 
-/// The key torch::optim uses for a parameter's state.
-inline std::string key_of(const Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
+/// The key torch::optim uses for a parameter's state (a string in LibTorch 1.13, void* in 2.x).
+inline mixprec::optim::detail::StateKey key_of(const Tensor& p) {
+  return mixprec::optim::detail::state_key(p);
 }
 
 /// Linear(16, 32) -> ReLU -> Linear(32, 4), initialised on the CPU from a fixed seed and then
@@ -79,9 +81,12 @@ enum class OptKind { kTorchSgd, kFusedSgd, kFusedAdamW };
 
 inline const char* name_of(OptKind kind) {
   switch (kind) {
-    case OptKind::kTorchSgd: return "torch::optim::SGD(momentum)";
-    case OptKind::kFusedSgd: return "mixprec::optim::SGD(momentum)";
-    case OptKind::kFusedAdamW: return "mixprec::optim::AdamW";
+    case OptKind::kTorchSgd:
+      return "torch::optim::SGD(momentum)";
+    case OptKind::kFusedSgd:
+      return "mixprec::optim::SGD(momentum)";
+    case OptKind::kFusedAdamW:
+      return "mixprec::optim::AdamW";
   }
   return "?";
 }
@@ -91,9 +96,12 @@ inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptKind kind,
   const auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4);
   const auto adamw = torch::optim::AdamWOptions(1e-2).weight_decay(0.01);
   switch (kind) {
-    case OptKind::kTorchSgd: return std::make_unique<torch::optim::SGD>(params, sgd);
-    case OptKind::kFusedSgd: return std::make_unique<mixprec::optim::SGD>(params, sgd);
-    case OptKind::kFusedAdamW: return std::make_unique<mixprec::optim::AdamW>(params, adamw);
+    case OptKind::kTorchSgd:
+      return std::make_unique<torch::optim::SGD>(params, sgd);
+    case OptKind::kFusedSgd:
+      return std::make_unique<mixprec::optim::SGD>(params, sgd);
+    case OptKind::kFusedAdamW:
+      return std::make_unique<mixprec::optim::AdamW>(params, adamw);
   }
   return nullptr;
 }
@@ -103,7 +111,8 @@ inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptKind kind,
 /// (fp16, without the cast cache, which graph capture requires) when `autocast`,
 /// scaler.scale(loss).backward(), scaler.step(opt), scaler.update().
 inline void iteration(torch::nn::Sequential& net, torch::optim::Optimizer& opt,
-                      mixprec::GradScaler& scaler, const Tensor& x, const Tensor& y, bool autocast) {
+                      mixprec::GradScaler& scaler, const Tensor& x, const Tensor& y,
+                      bool autocast) {
   for (Tensor& p : net->parameters()) p.mutable_grad() = Tensor();
   Tensor loss;
   {
@@ -119,7 +128,8 @@ inline void iteration(torch::nn::Sequential& net, torch::optim::Optimizer& opt,
 /// Clones of the optimizer's moment tensors for `params` (AdamW: exp_avg, exp_avg_sq; SGD:
 /// momentum_buffer), in parameter order; an undefined tensor where a parameter has no state.
 /// Device-side clones only: safe under SyncDebugMode::L_ERROR.
-inline std::vector<Tensor> moments(torch::optim::Optimizer& opt, const std::vector<Tensor>& params) {
+inline std::vector<Tensor> moments(torch::optim::Optimizer& opt,
+                                   const std::vector<Tensor>& params) {
   std::vector<Tensor> out;
   for (const Tensor& p : params) {
     auto it = opt.state().find(key_of(p));
@@ -154,7 +164,8 @@ inline double max_abs_diff(const std::vector<Tensor>& a, const std::vector<Tenso
     if (!a[i].defined()) continue;
     if (a[i].sizes() != b[i].sizes()) return std::numeric_limits<double>::infinity();
     const Tensor d = (a[i].detach().to(torch::kCPU, torch::kDouble) -
-                      b[i].detach().to(torch::kCPU, torch::kDouble)).abs();
+                      b[i].detach().to(torch::kCPU, torch::kDouble))
+                         .abs();
     if (d.numel() == 0) continue;
     const double m = d.max().item<double>();
     if (std::isnan(m)) return std::numeric_limits<double>::infinity();

@@ -49,12 +49,12 @@ void fused_adam_step(torch::optim::Optimizer& optimizer, const SupportsAmpScalin
       const bool cuda = device.is_cuda();
       std::vector<core::AdamTensors> tensors;
       std::vector<ParamState*> states;  // parallel to tensors
-      std::vector<std::pair<std::string, std::unique_ptr<ParamState>>> created;
+      std::vector<std::pair<detail::StateKey, std::unique_ptr<ParamState>>> created;
       ElementwiseViews views;
       for (const at::Tensor& p : params) {
         const at::Tensor& grad = p.grad();
         TORCH_CHECK(!grad.is_sparse(), who, " does not support sparse gradients");
-        const std::string key = state_key(p);
+        const auto key = state_key(p);
         const auto fresh_state = [&] {
           ParamState fresh;
           fresh.step(0);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -22,6 +23,10 @@
 #include "torch/views.h"
 
 namespace mixprec::optim::detail {
+
+/// Optimizer::state()'s map and its key (std::string in LibTorch 1.13, void* in 2.x).
+using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+using StateKey = StateMap::key_type;
 
 /// GradScaler's two tensors where a kernel on a given device reads them: host floats for the
 /// CPU kernels; tensors on the parameters' GPU for the CUDA kernels, copied there without
@@ -114,13 +119,10 @@ class DeviceStepState final : public Base {
   at::Tensor count_;
 };
 
-/// Optimizer::state()'s map.
-using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
-
 /// The state of CUDA parameter `param` under `key`: `make()` builds a fresh Base (filed at once,
 /// see Note [Step counts of CUDA parameters]); a state of another kind is converted.
 template <typename Base, typename Make>
-DeviceStepState<Base>& device_state(StateMap& all_state, const std::string& key,
+DeviceStepState<Base>& device_state(StateMap& all_state, const StateKey& key,
                                     const at::Tensor& param, const Make& make) {
   auto found = all_state.find(key);
   if (found != all_state.end()) {
@@ -144,7 +146,7 @@ DeviceStepState<Base>& device_state(StateMap& all_state, const std::string& key,
 /// The state under `key` for a CPU step, or null: a DeviceStepState (the parameter was on a GPU
 /// before) becomes a plain Base again, its step read from the device.
 template <typename Base>
-Base* host_state(StateMap& all_state, const std::string& key) {
+Base* host_state(StateMap& all_state, const StateKey& key) {
   auto found = all_state.find(key);
   if (found == all_state.end()) return nullptr;
   if (auto* state = dynamic_cast<DeviceStepState<Base>*>(found->second.get())) {
@@ -196,9 +198,17 @@ class ElementwiseViews {
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
 };
 
-/// The key LibTorch 1.13 files a parameter's state under in Optimizer::state().
-inline std::string state_key(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+/// The key LibTorch files a parameter's state under in Optimizer::state(): its TensorImpl's
+/// address, printed to a string in LibTorch 1.13, the pointer itself (void*) in 2.x.
+template <typename Key = StateKey>
+Key state_key(const at::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream address;  // what c10::guts::to_string() gives
+    address << param.unsafeGetTensorImpl();
+    return address.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
 }
 
 /// Runs the closure with gradients enabled, as LibTorch's step(); an undefined tensor if none.

@@ -51,7 +51,8 @@ at::Tensor SGD::step(LossClosure closure) {
       const std::vector<at::Tensor>& params = batch.second;
       const bool cuda = device.is_cuda();
       std::vector<core::SgdTensors> tensors;
-      std::vector<std::pair<std::string, std::unique_ptr<torch::optim::SGDParamState>>> created;
+      std::vector<std::pair<detail::StateKey, std::unique_ptr<torch::optim::SGDParamState>>>
+          created;
       detail::ElementwiseViews views;
       for (const at::Tensor& p : params) {
         const at::Tensor& grad = p.grad();
@@ -59,7 +60,7 @@ at::Tensor SGD::step(LossClosure closure) {
         core::SgdTensors t;
         std::vector<at::Tensor> list{p, grad};
         if (hyper.momentum != 0.0) {
-          const std::string key = detail::state_key(p);
+          const auto key = detail::state_key(p);
           if (cuda) {
             // Note [Step counts of CUDA parameters] (adapter.h). The buffer starts at zero, so
             // a state saved before its first applied step holds no garbage.
