@@ -93,6 +93,27 @@ bool read_scalars(const float* grad_scale, const float* found_inf, float* inv_sc
   return false;
 }
 
+// Runs a validated fused step: on CUDA `on_cuda()` queues the kernels, which decide on the device
+// (true once queued); on the CPU found_inf and grad_scale are read here and `on_cpu(inv_scale)`
+// runs unless the step is skipped (false then).
+template <typename OnCuda, typename OnCpu>
+bool run_fused(Device device, const char* who, const float* grad_scale, const float* found_inf,
+               const OnCuda& on_cuda, const OnCpu& on_cpu) {
+  if (device.type == DeviceType::kCUDA) {
+#ifdef MIXPREC_WITH_CUDA
+    on_cuda();
+    return true;
+#else
+    (void)on_cuda;
+    throw_no_cuda(who);
+#endif
+  }
+  float inv_scale = 1.0f;
+  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
+  on_cpu(inv_scale);
+  return true;
+}
+
 }  // namespace
 
 void non_finite_check_and_unscale_(const TensorView* grads, std::size_t count, float* found_inf,
@@ -160,19 +181,14 @@ bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyp
                     ": CUDA parameters with momentum need a device step_count");
     }
   }
-  if (cuda) {
+  return run_fused(
+      device, kWho, grad_scale, found_inf,
+      [&] {
 #ifdef MIXPREC_WITH_CUDA
-    cuda::fused_sgd(params, count, hyper, grad_scale, found_inf, stream);
-    return true;
-#else
-    throw_no_cuda(kWho);
+        cuda::fused_sgd(params, count, hyper, grad_scale, found_inf, stream);
 #endif
-  }
-  (void)stream;
-  float inv_scale = 1.0f;
-  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
-  cpu::fused_sgd(params, count, hyper, inv_scale);
-  return true;
+      },
+      [&](float inv_scale) { cpu::fused_sgd(params, count, hyper, inv_scale); });
 }
 
 bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
@@ -195,19 +211,14 @@ bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& 
                     "this step, counting from 1), got ", t.step);
     }
   }
-  if (cuda) {
+  return run_fused(
+      device, kWho, grad_scale, found_inf,
+      [&] {
 #ifdef MIXPREC_WITH_CUDA
-    cuda::fused_adam(params, count, hyper, grad_scale, found_inf, stream);
-    return true;
-#else
-    throw_no_cuda(kWho);
+        cuda::fused_adam(params, count, hyper, grad_scale, found_inf, stream);
 #endif
-  }
-  (void)stream;
-  float inv_scale = 1.0f;
-  if (read_scalars(grad_scale, found_inf, &inv_scale)) return false;
-  cpu::fused_adam(params, count, hyper, inv_scale);
-  return true;
+      },
+      [&](float inv_scale) { cpu::fused_adam(params, count, hyper, inv_scale); });
 }
 
 }  // namespace mixprec::core

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/element_ops.h"
 #include "cpu/threads.h"
 
 #if defined(__SSE2__)
@@ -66,17 +67,13 @@ void sqrt_block(T* x, std::int64_t n) {
   for (; i < n; ++i) x[i] = std::sqrt(x[i]);
 }
 
-// Scalars in the parameter's type, rounded from double as LibTorch rounds Scalar arguments.
+// The scalars of a step, in the parameter's type (rounded from double as LibTorch rounds Scalar
+// arguments), come from the element ops of src/core/element_ops.h, which the CUDA kernels use
+// too: one derivation of the optimizer scalars for both devices.
 template <typename T>
-struct SgdCoeffs {
-  T inv_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
-};
-
+using SgdCoeffs = SgdOp<T, true>;
 template <typename T>
-struct AdamCoeffs {
-  T inv_scale, weight_decay, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
-  T neg_step_size, sqrt_bias_correction2, eps;
-};
+using AdamCoeffs = AdamOp<T, false>;
 
 enum class Momentum { kNone, kFirst, kRunning };
 
@@ -202,9 +199,7 @@ T* data_of(const TensorView& v) {
 template <typename T>
 void run_sgd(const SgdTensors* params, const std::vector<std::size_t>& index,
              const std::vector<std::int64_t>& numels, const SgdHyper& h, float inv_scale) {
-  const SgdCoeffs<T> c{static_cast<T>(inv_scale), static_cast<T>(h.weight_decay),
-                       static_cast<T>(h.momentum), static_cast<T>(1.0 - h.dampening),
-                       static_cast<T>(-1.0 * h.lr)};
+  const SgdCoeffs<T> c = make_sgd_op<T, true>(h, inv_scale, nullptr);
   const bool unscale = inv_scale != 1.0f, decay = h.weight_decay != 0.0;
   parallel_over_elements(numels, [&](std::size_t k, std::int64_t begin, std::int64_t end) {
     const SgdTensors& t = params[index[k]];
@@ -243,18 +238,7 @@ void run_adam(const AdamTensors* params, const std::vector<std::size_t>& index,
   parallel_over_elements(numels, [&](std::size_t k, std::int64_t begin, std::int64_t end) {
     const AdamTensors& t = params[index[k]];
     // Bias corrections in double, from this parameter's own step count, as LibTorch.
-    const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(t.step));
-    const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(t.step));
-    const AdamCoeffs<T> c{static_cast<T>(inv_scale),
-                          static_cast<T>(h.weight_decay),
-                          static_cast<T>(1.0 - h.lr * h.weight_decay),
-                          static_cast<T>(h.beta1),
-                          static_cast<T>(1.0 - h.beta1),
-                          static_cast<T>(h.beta2),
-                          static_cast<T>(1.0 - h.beta2),
-                          static_cast<T>(-(h.lr / bc1)),
-                          static_cast<T>(std::sqrt(bc2)),
-                          static_cast<T>(h.eps)};
+    const AdamCoeffs<T> c = make_adam_op<T, false>(h, inv_scale, t.step);
     T* p = data_of<T>(t.param) + begin;
     T* g = data_of<T>(t.grad) + begin;
     T* m = data_of<T>(t.exp_avg) + begin;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/element_ops.h"
+#include "core/element_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/multi_tensor.cuh"
 
@@ -20,14 +20,14 @@ namespace {
 
 using SgdMeta = ChunkMeta<3, 48, 320>;
 using AdamMeta = ChunkMeta<5, 36, 320>;
-static_assert(sizeof(SgdMeta) + sizeof(SgdArgs) + 2 * sizeof(void*) <= 4096, "parameter limit");
-static_assert(sizeof(AdamMeta) + sizeof(AdamArgs) + 2 * sizeof(void*) <= 4096, "parameter limit");
+static_assert(sizeof(SgdMeta) + sizeof(SgdHyper) + 2 * sizeof(void*) <= 4096, "parameter limit");
+static_assert(sizeof(AdamMeta) + sizeof(AdamHyper) + 2 * sizeof(void*) <= 4096, "parameter limit");
 
 // The element math is in element_ops.h (Note [CUDA fused kernels compute as the CPU ones]); a
 // kernel skips on found_inf, finds its chunk, makes the op and runs the chunk loop.
 template <typename T, bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
-    sgd_kernel(SgdMeta meta, SgdArgs h, const float* grad_scale, const float* found_inf) {
+    sgd_kernel(SgdMeta meta, SgdHyper h, const float* grad_scale, const float* found_inf) {
   if (skip_step(found_inf)) return;
   using Op = SgdOp<T, kMomentum>;
   std::int64_t begin = 0, end = 0;
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, bool kAmsgrad>
 __global__ void __launch_bounds__(kThreads)
-    adam_kernel(AdamMeta meta, AdamArgs h, const float* grad_scale, const float* found_inf) {
+    adam_kernel(AdamMeta meta, AdamHyper h, const float* grad_scale, const float* found_inf) {
   if (skip_step(found_inf)) return;
   using Op = AdamOp<T, kAmsgrad>;
   std::int64_t begin = 0, end = 0;
@@ -86,22 +86,35 @@ void advance_counts(const std::vector<std::int64_t*>& counts, const float* found
   }
 }
 
-// Launches `Kernel` over the parameters of one dtype; `set` fills a slot from a parameter.
-template <typename Meta, typename Tensors, typename Set, typename LaunchOne>
-void launch_dtype(const Tensors* params, const std::vector<std::size_t>& index, const Set& set,
-                  const LaunchOne& launch_one) {
-  for_each_launch<Meta>(
-      index.size(), [&](std::size_t k) { return params[index[k]].param.numel; },
-      [&](Meta& meta, int slot, std::size_t k) { set(meta, slot, params[index[k]]); }, launch_one);
-}
-
-// The indices of the float32 (0) and float64 (1) parameters.
-template <typename Tensors>
-void split_by_dtype(const Tensors* params, std::size_t count,
-                    std::vector<std::size_t> (&index)[2]) {
+// One fused step: the kernel over the float32, then the float64 parameters, then the step counts
+// of an applied step advance. `set(meta, slot, tensors)` fills a slot from a parameter;
+// `kernel(T{}, flag, meta, blocks)` launches the kernel for dtype T and the compile-time `flag`
+// (momentum for SGD, amsgrad for Adam).
+template <typename Meta, typename Tensors, typename Set, typename Kernel>
+void run_step(const Tensors* params, std::size_t count, bool flag, const Set& set,
+              const Kernel& kernel, const float* found_inf, cudaStream_t stream) {
+  std::vector<std::size_t> index[2];  // the float32 (0) and float64 (1) parameters
   for (std::size_t i = 0; i < count; ++i) {
     index[params[i].param.dtype == DType::kFloat64 ? 1 : 0].push_back(i);
   }
+  const auto over = [&](auto type_tag, auto flag_tag, const std::vector<std::size_t>& idx) {
+    for_each_launch<Meta>(
+        idx.size(), [&](std::size_t k) { return params[idx[k]].param.numel; },
+        [&](Meta& meta, int slot, std::size_t k) { set(meta, slot, params[idx[k]]); },
+        [&](const Meta& meta, int blocks) { kernel(type_tag, flag_tag, meta, blocks); });
+  };
+  if (flag) {
+    over(float{}, std::true_type{}, index[0]);
+    over(double{}, std::true_type{}, index[1]);
+  } else {
+    over(float{}, std::false_type{}, index[0]);
+    over(double{}, std::false_type{}, index[1]);
+  }
+  std::vector<std::int64_t*> counts;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (params[i].step_count != nullptr) counts.push_back(params[i].step_count);
+  }
+  advance_counts(counts, found_inf, stream);
 }
 
 }  // namespace
@@ -109,71 +122,42 @@ void split_by_dtype(const Tensors* params, std::size_t count,
 void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
                const float* grad_scale, const float* found_inf, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const SgdArgs args{hyper.lr, hyper.momentum, hyper.dampening, hyper.weight_decay, hyper.nesterov};
   const bool momentum = hyper.momentum != 0.0;
-  const auto set = [&](SgdMeta& meta, int slot, const SgdTensors& t) {
-    meta.data[0][slot] = t.param.data;
-    meta.data[1][slot] = t.grad.data;
-    meta.data[2][slot] = momentum ? t.momentum_buffer.data : nullptr;
-    meta.counter[slot] = t.step_count;
-  };
-  std::vector<std::size_t> index[2];
-  split_by_dtype(params, count, index);
-  const auto launch = [&](auto type_tag, auto momentum_tag, const std::vector<std::size_t>& idx) {
-    using T = decltype(type_tag);
-    constexpr bool kMomentum = decltype(momentum_tag)::value;
-    launch_dtype<SgdMeta>(params, idx, set, [&](const SgdMeta& meta, int blocks) {
-      sgd_kernel<T, kMomentum><<<blocks, kThreads, 0, s>>>(meta, args, grad_scale, found_inf);
-      check(cudaGetLastError(), "sgd_kernel launch");
-    });
-  };
-  if (momentum) {
-    launch(float{}, std::true_type{}, index[0]);
-    launch(double{}, std::true_type{}, index[1]);
-  } else {
-    launch(float{}, std::false_type{}, index[0]);
-    launch(double{}, std::false_type{}, index[1]);
-  }
-  std::vector<std::int64_t*> counts;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (params[i].step_count != nullptr) counts.push_back(params[i].step_count);
-  }
-  advance_counts(counts, found_inf, s);
+  run_step<SgdMeta>(
+      params, count, momentum,
+      [&](SgdMeta& meta, int slot, const SgdTensors& t) {
+        meta.data[0][slot] = t.param.data;
+        meta.data[1][slot] = t.grad.data;
+        meta.data[2][slot] = momentum ? t.momentum_buffer.data : nullptr;
+        meta.counter[slot] = t.step_count;
+      },
+      [&](auto type_tag, auto momentum_tag, const SgdMeta& meta, int blocks) {
+        sgd_kernel<decltype(type_tag), decltype(momentum_tag)::value>
+            <<<blocks, kThreads, 0, s>>>(meta, hyper, grad_scale, found_inf);
+        check(cudaGetLastError(), "sgd_kernel launch");
+      },
+      found_inf, s);
 }
 
 void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
                 const float* grad_scale, const float* found_inf, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const AdamArgs args{hyper.lr,  hyper.beta1,        hyper.beta2,
-                      hyper.eps, hyper.weight_decay, hyper.decoupled_weight_decay};
-  const auto set = [&](AdamMeta& meta, int slot, const AdamTensors& t) {
-    meta.data[0][slot] = t.param.data;
-    meta.data[1][slot] = t.grad.data;
-    meta.data[2][slot] = t.exp_avg.data;
-    meta.data[3][slot] = t.exp_avg_sq.data;
-    meta.data[4][slot] = hyper.amsgrad ? t.max_exp_avg_sq.data : nullptr;
-    meta.counter[slot] = t.step_count;
-  };
-  std::vector<std::size_t> index[2];
-  split_by_dtype(params, count, index);
-  const auto launch = [&](auto type_tag, auto amsgrad_tag, const std::vector<std::size_t>& idx) {
-    using T = decltype(type_tag);
-    constexpr bool kAmsgrad = decltype(amsgrad_tag)::value;
-    launch_dtype<AdamMeta>(params, idx, set, [&](const AdamMeta& meta, int blocks) {
-      adam_kernel<T, kAmsgrad><<<blocks, kThreads, 0, s>>>(meta, args, grad_scale, found_inf);
-      check(cudaGetLastError(), "adam_kernel launch");
-    });
-  };
-  if (hyper.amsgrad) {
-    launch(float{}, std::true_type{}, index[0]);
-    launch(double{}, std::true_type{}, index[1]);
-  } else {
-    launch(float{}, std::false_type{}, index[0]);
-    launch(double{}, std::false_type{}, index[1]);
-  }
-  std::vector<std::int64_t*> counts;
-  for (std::size_t i = 0; i < count; ++i) counts.push_back(params[i].step_count);
-  advance_counts(counts, found_inf, s);
+  run_step<AdamMeta>(
+      params, count, hyper.amsgrad,
+      [&](AdamMeta& meta, int slot, const AdamTensors& t) {
+        meta.data[0][slot] = t.param.data;
+        meta.data[1][slot] = t.grad.data;
+        meta.data[2][slot] = t.exp_avg.data;
+        meta.data[3][slot] = t.exp_avg_sq.data;
+        meta.data[4][slot] = hyper.amsgrad ? t.max_exp_avg_sq.data : nullptr;
+        meta.counter[slot] = t.step_count;
+      },
+      [&](auto type_tag, auto amsgrad_tag, const AdamMeta& meta, int blocks) {
+        adam_kernel<decltype(type_tag), decltype(amsgrad_tag)::value>
+            <<<blocks, kThreads, 0, s>>>(meta, hyper, grad_scale, found_inf);
+        check(cudaGetLastError(), "adam_kernel launch");
+      },
+      found_inf, s);
 }
 
 }  // namespace mixprec::core::cuda

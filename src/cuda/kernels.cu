@@ -3,7 +3,7 @@
 // pytorch/pytorch#127176) and the one-thread update kernel that runs THE update rule.
 #include <cuda_runtime.h>
 
-#include "cuda/element_ops.h"
+#include "core/element_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/multi_tensor.cuh"
 #include "mixprec/core/error.h"

@@ -1,9 +1,9 @@
-// The CUDA kernels' element operations and chunk loop (src/cuda/element_ops.h, multi_tensor.cuh)
+// The CUDA kernels' element operations and chunk loop (src/core/element_ops.h, multi_tensor.cuh)
 // run on the host, every emulated thread of every chunk in turn: unscale-and-check against the
 // scalar reference of tests/core, the fused optimizers against the CPU fused kernels, bit for bit,
 // for aligned and unaligned buffers, chunk tails, the first momentum step and every option. This
 // needs no GPU; on a GPU, tests/cuda/cuda_*_test.cpp check the kernels themselves.
-#include "cuda/element_ops.h"
+#include "core/element_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -84,7 +84,6 @@ const std::int64_t kSizes[] = {1, 5, 4099, kChunk + 3, 2 * kChunk + 1};
 template <typename T, bool kMomentum>
 void check_sgd(const SgdHyper& hyper, const float* grad_scale) {
   std::mt19937 rng(7);
-  const SgdArgs args{hyper.lr, hyper.momentum, hyper.dampening, hyper.weight_decay, hyper.nesterov};
   for (std::int64_t n : kSizes) {
     for (std::int64_t offset : {0, 1}) {
       Buffers<T> cpu(3, n, offset, rng);
@@ -93,7 +92,7 @@ void check_sgd(const SgdHyper& hyper, const float* grad_scale) {
       for (int step = 0; step < 3; ++step) {
         SgdTensors t{cpu.view(0), cpu.view(1), cpu.view(2), step == 0};
         ASSERT_TRUE(fused_sgd_(&t, 1, hyper, grad_scale, nullptr));
-        const auto op = make_sgd_op<T, kMomentum>(args, inverse_scale(grad_scale), &count);
+        const auto op = make_sgd_op<T, kMomentum>(hyper, inverse_scale(grad_scale), &count);
         run_like_kernel<SgdOp<T, kMomentum>::kDepth>(gpu.ptr, n, op, op.unscale, 7);
         ++count;  // what advance_kernel does after an applied step
       }
@@ -126,8 +125,6 @@ TEST(ElementOpsTest, SgdElementMathAndChunkLoopMatchTheCpuKernelBitForBit) {
 template <typename T, bool kAmsgrad>
 void check_adam(const AdamHyper& hyper, const float* grad_scale) {
   std::mt19937 rng(11);
-  const AdamArgs args{hyper.lr,  hyper.beta1,        hyper.beta2,
-                      hyper.eps, hyper.weight_decay, hyper.decoupled_weight_decay};
   for (std::int64_t n : kSizes) {
     for (std::int64_t offset : {0, 3}) {
       Buffers<T> cpu(5, n, offset, rng);
@@ -135,7 +132,7 @@ void check_adam(const AdamHyper& hyper, const float* grad_scale) {
       for (std::int64_t step = 1; step <= 3; ++step) {
         AdamTensors t{cpu.view(0), cpu.view(1), cpu.view(2), cpu.view(3), cpu.view(4), step};
         ASSERT_TRUE(fused_adam_(&t, 1, hyper, grad_scale, nullptr));
-        const auto op = make_adam_op<T, kAmsgrad>(args, inverse_scale(grad_scale), step);
+        const auto op = make_adam_op<T, kAmsgrad>(hyper, inverse_scale(grad_scale), step);
         run_like_kernel<AdamOp<T, kAmsgrad>::kDepth>(gpu.ptr, n, op, op.unscale, 5);
       }
       for (int d = 0; d < (kAmsgrad ? 5 : 4); ++d) {

@@ -1,7 +1,8 @@
-// The per-element operations of the CUDA kernels (internal), as host/device code: unscale-and-
-// check (kernels.cu) and the fused optimizers (fused_optim.cu) run them on the device, and
-// tests/cuda/element_ops_test.cpp runs the very same code on the host against the reference and
-// the CPU kernels, so the math is tested without a GPU.
+// The per-element operations of the kernels (internal), as host/device code: the CUDA kernels
+// (src/cuda/) run them on the device; the CPU fused optimizers (src/cpu/fused_optim.cpp) take
+// their coefficients from the same make_*_op functions, so one place derives the optimizer
+// scalars; and tests/cuda/element_ops_test.cpp runs the CUDA element code on the host against the
+// scalar reference and the CPU kernels, so it is tested without a GPU.
 #pragma once
 
 #include <cmath>
@@ -9,9 +10,10 @@
 
 #include "mixprec/core/half.h"
 #include "mixprec/core/macros.h"
+#include "mixprec/core/optim_kernels.h"
 #include "mixprec/core/tensor_view.h"
 
-namespace mixprec::core::cuda {
+namespace mixprec::core {
 
 /// How unscale-and-check reads, computes and writes one element of each dtype.
 template <DType kType>
@@ -79,18 +81,6 @@ MIXPREC_HOST_DEVICE UnscaleOp<kType> make_unscale_op(float inv) {
 // bit-identical to the CPU kernel; Adam's bias corrections come from the device's pow(), which
 // may differ from glibc's in the last bit, so on a GPU Adam agrees to rounding (tests/cuda).
 
-/// The hyper-parameters a kernel needs, by value.
-struct SgdArgs {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov;
-};
-
-/// The hyper-parameters a kernel needs, by value.
-struct AdamArgs {
-  double lr, beta1, beta2, eps, weight_decay;
-  bool decoupled;
-};
-
 /// True when the step is skipped: found_inf is set (any non-zero value, NaN included).
 MIXPREC_HOST_DEVICE inline bool skip_step(const float* found_inf) {
   return found_inf != nullptr && *found_inf != 0.0f;
@@ -102,7 +92,7 @@ MIXPREC_HOST_DEVICE inline float inverse_scale(const float* grad_scale) {
   return grad_scale == nullptr ? 1.0f : static_cast<float>(1.0 / static_cast<double>(*grad_scale));
 }
 
-/// One SGD element: e = {param, grad[, momentum_buffer]}.
+/// One SGD element: e = {param, grad[, momentum_buffer]}. Its scalars are the CPU kernel's too.
 template <typename T, bool kMomentum>
 struct SgdOp {
   static constexpr int kDepth = kMomentum ? 3 : 2;
@@ -130,7 +120,7 @@ struct SgdOp {
 /// The SGD element op for inverse scale `inv` and a parameter whose applied-step count is
 /// `count` (null: no count; 0: the momentum buffer is still empty).
 template <typename T, bool kMomentum>
-MIXPREC_HOST_DEVICE SgdOp<T, kMomentum> make_sgd_op(const SgdArgs& h, float inv,
+MIXPREC_HOST_DEVICE SgdOp<T, kMomentum> make_sgd_op(const SgdHyper& h, float inv,
                                                     const std::int64_t* count) {
   return {static_cast<T>(inv),
           static_cast<T>(h.weight_decay),
@@ -143,7 +133,8 @@ MIXPREC_HOST_DEVICE SgdOp<T, kMomentum> make_sgd_op(const SgdArgs& h, float inv,
           h.nesterov};
 }
 
-/// One Adam element: e = {param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq]}.
+/// One Adam element: e = {param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq]}. Its scalars
+/// are the CPU kernel's too.
 template <typename T, bool kAmsgrad>
 struct AdamOp {
   static constexpr int kDepth = kAmsgrad ? 5 : 4;
@@ -179,13 +170,14 @@ struct AdamOp {
 /// The Adam(W) element op for inverse scale `inv` at step `step` (counting from 1); the bias
 /// corrections in double, as LibTorch.
 template <typename T, bool kAmsgrad>
-MIXPREC_HOST_DEVICE AdamOp<T, kAmsgrad> make_adam_op(const AdamArgs& h, float inv,
+MIXPREC_HOST_DEVICE AdamOp<T, kAmsgrad> make_adam_op(const AdamHyper& h, float inv,
                                                      std::int64_t step) {
   using std::pow;
   using std::sqrt;
   const double bc1 = 1.0 - pow(h.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - pow(h.beta2, static_cast<double>(step));
   const bool has_decay = h.weight_decay != 0.0;
+  const bool decoupled = h.decoupled_weight_decay;
   return {static_cast<T>(inv),
           static_cast<T>(h.weight_decay),
           static_cast<T>(1.0 - h.lr * h.weight_decay),
@@ -197,8 +189,8 @@ MIXPREC_HOST_DEVICE AdamOp<T, kAmsgrad> make_adam_op(const AdamArgs& h, float in
           static_cast<T>(sqrt(bc2)),
           static_cast<T>(h.eps),
           inv != 1.0f,
-          has_decay && !h.decoupled,
-          has_decay && h.decoupled};
+          has_decay && !decoupled,
+          has_decay && decoupled};
 }
 
-}  // namespace mixprec::core::cuda
+}  // namespace mixprec::core
