@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "gpt2_shapes.h"
+
 namespace {
 
 using torch::Tensor;
@@ -139,19 +141,7 @@ void BM_UnscaleCopyCeiling(benchmark::State& state, ListCase c) {
 
 // ---- AdamW step with GradScaler ---------------------------------------------------------------
 
-/// The parameter shapes of GPT-2 small (124M), as bench/optim_benchmark.cpp.
-std::vector<std::vector<std::int64_t>> gpt2_small_shapes() {
-  constexpr std::int64_t d = 768;
-  std::vector<std::vector<std::int64_t>> shapes{{50257, d}, {1024, d}};
-  for (int layer = 0; layer < 12; ++layer) {
-    const std::vector<std::vector<std::int64_t>> block{
-        {d}, {d}, {d, 3 * d}, {3 * d}, {d, d}, {d}, {d}, {d}, {d, 4 * d}, {4 * d}, {4 * d, d}, {d}};
-    shapes.insert(shapes.end(), block.begin(), block.end());
-  }
-  shapes.push_back({d});
-  shapes.push_back({d});
-  return shapes;
-}
+using mixprec_bench::gpt2_small_shapes;
 
 /// fp32 parameters with small gradients on the GPU; *numel gets the total element count.
 std::vector<Tensor> make_params(std::int64_t* numel) {
