@@ -1,8 +1,9 @@
 // Seed example 3: the basic mixed-precision training loop (Linear + SGD + MSELoss, two epochs).
-// Prints "Epoch 1: scale=65536.0" and "Epoch 2: scale=65536.0". With a CUDA device the model and
-// data move to it and autocast runs the forward pass in real fp16 (the scale then lives on the
-// GPU). Without CUDA everything stays on the CPU: the autocast guard warns and stays off (as
-// Python does) and the scaler itself stays enabled on the CPU. The printed lines are the same.
+// Prints "Epoch 1: scale=65536.0" and "Epoch 2: scale=65536.0". Autocast runs on the device the
+// model is on: with a CUDA device the model and data move to it and the forward pass runs in real
+// fp16 (the scale then lives on the GPU). Without CUDA everything stays on the CPU, and autocast
+// runs there in fp16 where LibTorch can (2.2 and later) and in bfloat16 otherwise (1.13), with no
+// warning; the scaler works on the CPU either way. The printed lines are the same.
 #include <mixprec/mixprec.h>
 #include <torch/torch.h>
 
@@ -35,8 +36,12 @@ int main() {
     optimizer.zero_grad();
     torch::Tensor loss;
     {
-      // with torch.cuda.amp.autocast():
-      mixprec::AutocastGuard autocast(torch::kCUDA);
+      // with torch.cuda.amp.autocast():   (here: torch.autocast(device.type, dtype=float16), as
+      // the seed's autocast would warn and switch itself off on a machine without CUDA)
+      const c10::ScalarType dtype =
+          mixprec::AutocastGuard::is_supported(device.type(), torch::kHalf) ? torch::kHalf
+                                                                            : torch::kBFloat16;
+      mixprec::AutocastGuard autocast(device.type(), dtype);
       torch::Tensor pred = model->forward(x);
       loss = torch::nn::MSELoss()(pred, y);
     }

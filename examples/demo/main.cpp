@@ -34,6 +34,8 @@ int run(const mixprec_demo::Options& o) {
   config.seed = o.seed;
   config.output_scale = data.target_rms;
   config.cuda = torch::cuda::is_available();
+  config.init_scale = o.init_scale;
+  config.growth_interval = o.growth_interval;
 
   std::cout << "data: " << data.description << "\n";
   std::cout << "model: MLP " << data.x.size(1) << " -> " << MlpImpl::kHiddenLayers << " x "
@@ -49,9 +51,9 @@ int run(const mixprec_demo::Options& o) {
                  "so gradients below 2^-25 flush to zero and above 65504 overflow to inf, as in "
                  "real fp16; the arithmetic itself stays fp32\n";
   }
-  std::cout << "GradScaler: init_scale 65536, growth_factor 2, backoff_factor 0.5, "
-               "growth_interval "
-            << config.growth_interval << " (PyTorch's default 2000 is too long for a short demo)\n"
+  std::cout << "GradScaler: init_scale " << config.init_scale
+            << ", growth_factor 2, backoff_factor 0.5, growth_interval " << config.growth_interval
+            << " (PyTorch's default 2000 is too long for a short demo)\n"
             << std::endl;
 
   std::vector<RunResult> runs;

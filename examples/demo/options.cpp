@@ -18,6 +18,10 @@ Usage: mixprec_demo [flags]
   --seed N        seed of the embedded data, initial weights and batch order (default 0)
   --target-rms X  RMS of the embedded task's targets (default 0.003): the smaller, the
                   smaller the gradients; 1 makes fp16 harmless even without scaling
+  --init-scale X  the scaled run's GradScaler init_scale (default 65536, PyTorch's)
+  --growth-interval N
+                  the scaled run's GradScaler growth_interval (default 40; PyTorch's 2000
+                  is too long for a demo of 1000 steps to show growth and backoff)
   --csv PATH      train on a CSV file instead: numeric columns, the last one the target
   --out DIR       folder for log.csv, summary.csv and plot.png (default demo_out)
   --help          this text
@@ -77,7 +81,8 @@ Options parse_options(int argc, char** argv) {
     }
     const bool known = flag == "--steps" || flag == "--hidden" || flag == "--batch" ||
                        flag == "--lr" || flag == "--seed" || flag == "--out" || flag == "--csv" ||
-                       flag == "--target-rms";
+                       flag == "--target-rms" || flag == "--init-scale" ||
+                       flag == "--growth-interval";
     if (!known) throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
     if (!has_value) {
       if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value (see --help)");
@@ -89,6 +94,8 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--lr") o.lr = parse_positive(flag, value);
     if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value, 0));
     if (flag == "--target-rms") o.target_rms = parse_positive(flag, value);
+    if (flag == "--init-scale") o.init_scale = parse_positive(flag, value);
+    if (flag == "--growth-interval") o.growth_interval = parse_int(flag, value, 1);
     if (flag == "--out") o.out = value;
     if (flag == "--csv") o.csv = value;
     if ((flag == "--out" || flag == "--csv") && value.empty()) {

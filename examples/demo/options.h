@@ -14,6 +14,8 @@ struct Options {
   double lr = 0.01;
   std::uint64_t seed = 0;
   double target_rms = 0;  ///< 0: the embedded task's default (kDefaultTargetRms)
+  double init_scale = 65536;          ///< the scaled run's GradScaler init_scale
+  std::int64_t growth_interval = 40;  ///< the scaled run's GradScaler growth_interval
   std::string out = "demo_out";
   std::string csv;  ///< empty: the embedded task
   bool help = false;

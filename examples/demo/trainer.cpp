@@ -70,6 +70,7 @@ RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(config.lr).eps(config.eps));
   mixprec::GradScaler scaler(mixprec::GradScalerOptions()
+                                 .init_scale(config.init_scale)
                                  .growth_interval(config.growth_interval)
                                  .enabled(kind == RunKind::kFp16Scaled));
   const torch::Tensor x_all = data.x.to(device);

@@ -23,9 +23,11 @@ struct TrainConfig {
   double output_scale = 1;
   double eps = 1e-8;  ///< Adam's eps
   bool cuda = false;  ///< real fp16 via mixprec::AutocastGuard(torch::kCUDA) instead of emulation
-  /// GradScaler growth_interval. Shorter than PyTorch's 2000 so that a demo of a few hundred
-  /// steps shows the scale growing and backing off.
-  std::int64_t growth_interval = 100;
+  /// The scaled run's GradScaler init_scale (PyTorch's default).
+  double init_scale = 65536;
+  /// The scaled run's GradScaler growth_interval. Shorter than PyTorch's 2000 so that a demo of
+  /// 1000 steps shows the scale growing and backing off.
+  std::int64_t growth_interval = 40;
 };
 
 /// Trains a fresh model (weights drawn from config.seed) on `data` and records every step.

@@ -40,6 +40,11 @@ class AutocastGuard {
   AutocastGuard(AutocastGuard&&) = delete;
   AutocastGuard& operator=(AutocastGuard&&) = delete;
 
+  /// Whether this LibTorch's autocast can run `dtype` on `device_type` (the combinations the
+  /// constructor accepts): CUDA with Half or BFloat16; CPU with BFloat16, and with Half from
+  /// LibTorch 2.2. Says nothing about whether a CUDA device is present.
+  static bool is_supported(c10::DeviceType device_type, c10::ScalarType dtype);
+
   /// Whether autocast is on inside this guard (false when disabled or CUDA is missing).
   bool enabled() const { return enabled_; }
   /// The autocast dtype set by this guard.

@@ -45,21 +45,29 @@ void set_dtype(c10::DeviceType d, c10::ScalarType t) {
 constexpr bool kCpuHalfSupported =
     TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2);
 
+}  // namespace
+
+bool AutocastGuard::is_supported(c10::DeviceType device_type, c10::ScalarType dtype) {
+  if (device_type == c10::kCUDA) return dtype == c10::kHalf || dtype == c10::kBFloat16;
+  if (device_type == c10::kCPU) {
+    return dtype == c10::kBFloat16 || (kCpuHalfSupported && dtype == c10::kHalf);
+  }
+  return false;
+}
+
+namespace {
+
 // Throws, before anything changed, for combinations autocast cannot run.
 void check_supported(c10::DeviceType device_type, c10::ScalarType dtype) {
+  if (AutocastGuard::is_supported(device_type, dtype)) return;
   TORCH_CHECK(device_type == c10::kCPU || device_type == c10::kCUDA,
               "AutocastGuard: device_type must be CPU or CUDA, got ", device_type);
-  if (device_type == c10::kCPU) {
-    TORCH_CHECK(dtype == c10::kBFloat16 || (kCpuHalfSupported && dtype == c10::kHalf),
-                "AutocastGuard: CPU autocast supports ",
-                kCpuHalfSupported ? "torch.bfloat16 and torch.float16" : "only torch.bfloat16",
-                " in this LibTorch (", TORCH_VERSION, "), got ", dtype,
-                ". For fp16 on the CPU, use a newer LibTorch or emulate it by casting.");
-  } else {
-    TORCH_CHECK(dtype == c10::kHalf || dtype == c10::kBFloat16,
-                "AutocastGuard: CUDA autocast supports torch.float16 and torch.bfloat16, got ",
-                dtype);
-  }
+  TORCH_CHECK(device_type != c10::kCPU, "AutocastGuard: CPU autocast supports ",
+              kCpuHalfSupported ? "torch.bfloat16 and torch.float16" : "only torch.bfloat16",
+              " in this LibTorch (", TORCH_VERSION, "), got ", dtype,
+              ". For fp16 on the CPU, use a newer LibTorch or emulate it by casting.");
+  TORCH_CHECK(false, "AutocastGuard: CUDA autocast supports torch.float16 and torch.bfloat16, got ",
+              dtype);
 }
 
 }  // namespace

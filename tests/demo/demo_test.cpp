@@ -103,6 +103,32 @@ TEST_F(DemoSummaryTest, ScalesAreWhereTheyShouldBe) {
   EXPECT_EQ(log2_scale, std::round(log2_scale));
 }
 
+TEST_F(DemoSummaryTest, OverflowsAreSkippedAndBackedOff) {
+  // growth_interval 10 (see CMakeLists.txt) lifts the scale past fp16's ceiling within 300 steps:
+  // the scaler must skip those steps and halve the scale at each, and the log must agree.
+  EXPECT_GT(scaled().skipped_steps, 0) << "the scaled run never overflowed";
+  std::ifstream log(std::string(MIXPREC_DEMO_TEST_OUT) + "/log.csv");
+  ASSERT_TRUE(log) << "log.csv missing";
+  std::string line;
+  std::getline(log, line);  // header: step,run,loss,scale,skipped,flushed_share
+  double previous_scale = 65536;  // init_scale
+  int skipped = 0;
+  while (std::getline(log, line)) {
+    std::vector<std::string> c;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) c.push_back(cell);
+    ASSERT_EQ(c.size(), 6u) << line;
+    if (c[1] != "fp16_scaled") continue;
+    const double scale = std::stod(c[3]);
+    if (c[4] == "1") {
+      ++skipped;
+      EXPECT_EQ(scale, previous_scale / 2) << "skipped step " << c[0] << " did not back off";
+    }
+    previous_scale = scale;
+  }
+  EXPECT_EQ(skipped, scaled().skipped_steps);
+}
+
 TEST_F(DemoSummaryTest, WritesTheStepLog) {
   std::ifstream log(std::string(MIXPREC_DEMO_TEST_OUT) + "/log.csv");
   ASSERT_TRUE(log) << "log.csv missing";

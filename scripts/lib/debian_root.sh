@@ -1,0 +1,68 @@
+# Helpers for a minimal Debian root made with debootstrap, shared by scripts/debian13_stage.sh
+# (the test suite's LibTorch 2.6 stage) and scripts/fresh_machine_check.sh. Source it; needs root.
+
+# The mirror apt uses on this machine: the first `URIs:` of debian.sources (or `deb` line).
+debian_mirror() {
+  local m
+  m=$(sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
+  if [[ -z $m ]]; then
+    m=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  fi
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
+# make_debian_root SUITE DIR: debootstrap --variant=minbase SUITE into DIR (into DIR.partial
+# first, so an interrupted run never leaves a half-made DIR behind).
+make_debian_root() {
+  local suite=$1 dir=$2
+  if ! command -v debootstrap >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap
+  fi
+  rm -rf "$dir.partial"
+  mkdir -p "$(dirname "$dir")"
+  echo "debootstrap --variant=minbase $suite $dir $(debian_mirror)"
+  debootstrap --variant=minbase "$suite" "$dir.partial" "$(debian_mirror)" >"$dir.debootstrap.log" 2>&1 || {
+    tail -n 30 "$dir.debootstrap.log" >&2
+    echo "debootstrap of $suite failed (log: $dir.debootstrap.log)" >&2
+    return 1
+  }
+  mv "$dir.partial" "$dir"
+}
+
+# mount_debian_root DIR: proc and dev inside DIR (idempotent); umount_debian_root DIR undoes it.
+mount_debian_root() {
+  local dir=$1
+  mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
+  mountpoint -q "$dir/dev" || mount --bind /dev "$dir/dev"
+  mkdir -p "$dir/dev/shm"
+  if [[ -e /etc/resolv.conf ]]; then cp -L /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true; fi
+}
+umount_debian_root() {
+  local dir=$1
+  mountpoint -q "$dir/dev" && umount -l "$dir/dev" || true
+  mountpoint -q "$dir/proc" && umount -l "$dir/proc" || true
+}
+
+# in_debian_root DIR COMMAND: runs COMMAND with bash in DIR, as root, in a clean environment.
+in_debian_root() {
+  local dir=$1
+  shift
+  chroot "$dir" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    ${CI:+CI=$CI} bash -c "$*"
+}
+
+# copy_checkout SRC DEST: the checkout's files as git sees them (tracked, and untracked ones that
+# are not ignored: what a commit of the work tree would hold), without .git and build folders.
+copy_checkout() {
+  local src=$1 dest=$2
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  (cd "$src" && git ls-files -z --cached --others --exclude-standard |
+    xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
+    tar --null -T - -cf -) | tar -xf - -C "$dest"
+}
+
+# seconds_since START: whole seconds elapsed since START (from `date +%s`).
+seconds_since() { echo $(($(date +%s) - $1)); }
