@@ -3,6 +3,7 @@
 // scaling: gradient elements flushed to zero and a worse final loss. See docs/demo.md.
 #include <mixprec/mixprec.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <exception>
 #include <filesystem>
@@ -42,14 +43,24 @@ int run(const mixprec_demo::Options& o) {
             << o.hidden << " (tanh) -> 1, output x " << config.output_scale << "; Adam lr " << o.lr
             << " (cosine decay), batch " << std::min<std::int64_t>(o.batch, data.x.size(0)) << ", "
             << o.steps << " steps per run\n";
-  if (config.cuda) {
-    std::cout << "fp16: real, on CUDA, with mixprec::AutocastGuard(torch::kCUDA); the flushed "
-                 "share cannot be measured there (no fp32 copy of the gradients exists)\n";
+  const torch::DeviceType device = config.cuda ? torch::kCUDA : torch::kCPU;
+  const bool native_possible = mixprec::AutocastGuard::is_supported(device, torch::kHalf);
+  if (o.fp16 == "native" && !native_possible) {
+    throw std::invalid_argument("--fp16 native: this LibTorch (" TORCH_VERSION
+                                ") has no fp16 autocast on the CPU (LibTorch >= 2.2 has)");
+  }
+  config.native_fp16 = o.fp16 == "native" || (o.fp16 == "auto" && native_possible);
+  if (config.native_fp16) {
+    std::cout << "fp16: real, under mixprec::AutocastGuard(" << (config.cuda ? "CUDA" : "CPU")
+              << ", float16); the flushed share cannot be measured there (no fp32 copy of the "
+                 "gradients exists)\n";
   } else {
-    std::cout << "fp16: EMULATED on the CPU (LibTorch has no fp16 matmul there): activations, "
-                 "weights and their gradients are rounded through fp16 at every layer boundary, "
-                 "so gradients below 2^-25 flush to zero and above 65504 overflow to inf, as in "
-                 "real fp16; the arithmetic itself stays fp32\n";
+    std::cout << "fp16: EMULATED on the " << (config.cuda ? "GPU" : "CPU")
+              << ": activations, weights and their gradients are rounded through fp16 at every "
+                 "layer boundary, so gradients below 2^-25 flush to zero and above 65504 overflow "
+                 "to inf, as in real fp16; the arithmetic itself stays fp32"
+              << (native_possible ? "" : " (this LibTorch has no fp16 autocast on the CPU)")
+              << "\n";
   }
   std::cout << "GradScaler: init_scale " << config.init_scale
             << ", growth_factor 2, backoff_factor 0.5, growth_interval " << config.growth_interval

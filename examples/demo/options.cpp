@@ -22,12 +22,16 @@ Usage: mixprec_demo [flags]
   --growth-interval N
                   the scaled run's GradScaler growth_interval (default 40; PyTorch's 2000
                   is too long for a demo of 1000 steps to show growth and backoff)
+  --fp16 MODE     how the fp16 runs get fp16: native (real fp16 under autocast: on CUDA, or
+                  on the CPU with LibTorch >= 2.2), emulated (fp32 compute, values and
+                  gradients rounded through fp16 at every layer boundary), or auto (default:
+                  native where LibTorch can, emulated otherwise)
   --csv PATH      train on a CSV file instead: numeric columns, the last one the target
   --out DIR       folder for log.csv, summary.csv and plot.png (default demo_out)
   --help          this text
 
-Without CUDA, fp16 is emulated: activations and gradients are rounded through fp16 at every
-layer boundary (see docs/demo.md).
+On a CPU with LibTorch 1.13 (no fp16 autocast there), fp16 is emulated: activations and
+gradients are rounded through fp16 at every layer boundary (see docs/demo.md).
 )";
 }
 
@@ -82,7 +86,7 @@ Options parse_options(int argc, char** argv) {
     const bool known = flag == "--steps" || flag == "--hidden" || flag == "--batch" ||
                        flag == "--lr" || flag == "--seed" || flag == "--out" || flag == "--csv" ||
                        flag == "--target-rms" || flag == "--init-scale" ||
-                       flag == "--growth-interval";
+                       flag == "--growth-interval" || flag == "--fp16";
     if (!known) throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
     if (!has_value) {
       if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value (see --help)");
@@ -96,6 +100,12 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--target-rms") o.target_rms = parse_positive(flag, value);
     if (flag == "--init-scale") o.init_scale = parse_positive(flag, value);
     if (flag == "--growth-interval") o.growth_interval = parse_int(flag, value, 1);
+    if (flag == "--fp16") {
+      if (value != "auto" && value != "native" && value != "emulated") {
+        throw std::invalid_argument("--fp16 takes auto, native or emulated, got '" + value + "'");
+      }
+      o.fp16 = value;
+    }
     if (flag == "--out") o.out = value;
     if (flag == "--csv") o.csv = value;
     if ((flag == "--out" || flag == "--csv") && value.empty()) {

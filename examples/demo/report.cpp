@@ -20,7 +20,7 @@ std::string format(const char* fmt, double v) {
 std::ofstream open_for_writing(const std::string& path) {
   std::ofstream f(path);
   if (!f) throw std::runtime_error("cannot write '" + path + "'");
-  f << std::setprecision(9);
+  f << std::setprecision(std::numeric_limits<double>::max_digits10);  // exact round trip
   return f;
 }
 

@@ -59,9 +59,9 @@ RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
   const bool fp16 = kind != RunKind::kFp32;
   const torch::Device device =
       config.cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  const Precision precision = !fp16         ? Precision::kFp32
-                              : config.cuda ? Precision::kNative
-                                            : Precision::kFp16Emulated;
+  const Precision precision = !fp16                ? Precision::kFp32
+                              : config.native_fp16 ? Precision::kNative
+                                                   : Precision::kFp16Emulated;
   result.flush_measured = precision == Precision::kFp16Emulated;
 
   torch::manual_seed(config.seed);  // the same initial weights in every run
@@ -104,9 +104,9 @@ RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
     optimizer.zero_grad();
     torch::Tensor loss;
     {
-      // Real fp16 on CUDA; on the CPU there is no guard and the model emulates fp16 itself.
+      // Real fp16 under autocast on the training device; emulated, the model rounds by itself.
       std::optional<mixprec::AutocastGuard> autocast;
-      if (precision == Precision::kNative) autocast.emplace(torch::kCUDA, torch::kHalf);
+      if (precision == Precision::kNative) autocast.emplace(device.type(), torch::kHalf);
       loss = torch::mse_loss(model->forward(x, precision, &counter), y);
     }
     scaler.scale(loss).backward();

@@ -22,7 +22,10 @@ struct TrainConfig {
   /// The model's fixed output multiplier: the scale of the targets (see MlpImpl).
   double output_scale = 1;
   double eps = 1e-8;  ///< Adam's eps
-  bool cuda = false;  ///< real fp16 via mixprec::AutocastGuard(torch::kCUDA) instead of emulation
+  bool cuda = false;  ///< train on CUDA (else on the CPU)
+  /// fp16 runs: real fp16 under mixprec::AutocastGuard on the training device (CUDA, or the CPU
+  /// with LibTorch >= 2.2), or fp16 emulated by rounding (see fp16_emulation.h).
+  bool native_fp16 = false;
   /// The scaled run's GradScaler init_scale (PyTorch's default).
   double init_scale = 65536;
   /// The scaled run's GradScaler growth_interval. Shorter than PyTorch's 2000 so that a demo of

@@ -19,7 +19,7 @@ make_debian_root() {
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap
   fi
-  rm -rf "$dir.partial"
+  remove_debian_root "$dir.partial" || return 1
   mkdir -p "$(dirname "$dir")"
   echo "debootstrap --variant=minbase $suite $dir $(debian_mirror)"
   debootstrap --variant=minbase "$suite" "$dir.partial" "$(debian_mirror)" >"$dir.debootstrap.log" 2>&1 || {
@@ -42,6 +42,23 @@ umount_debian_root() {
   local dir=$1
   mountpoint -q "$dir/dev" && umount -l "$dir/dev" || true
   mountpoint -q "$dir/proc" && umount -l "$dir/proc" || true
+}
+
+# remove_debian_root DIR: unmounts everything mounted below DIR (deepest first, nested roots
+# included), then deletes DIR; refuses to delete while anything is still mounted there (a
+# recursive delete would go into the machine's own /dev).
+remove_debian_root() {
+  local dir m
+  dir=$(realpath -m "$1")
+  [[ -e $dir ]] || return 0
+  for m in $(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
+    umount -l "$m" || true
+  done
+  if awk -v d="$dir/" 'index($2, d) == 1 {found = 1} END {exit !found}' /proc/mounts; then
+    echo "remove_debian_root: something is still mounted below $dir; not deleting it" >&2
+    return 1
+  fi
+  rm -rf "$dir"
 }
 
 # in_debian_root DIR COMMAND: runs COMMAND with bash in DIR, as root, in a clean environment.

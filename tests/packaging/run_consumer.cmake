@@ -1,5 +1,6 @@
 # Script run by the packaging tests: installs mixprec (find_package mode) or points at its
-# sources (add_subdirectory mode), then configures, builds and runs the consumer project.
+# sources (the add_subdirectory modes), then configures, builds and runs the consumer project
+# (consumer_core always, consumer_torch when mixprec was built with LibTorch).
 set(consumer_src ${CMAKE_CURRENT_LIST_DIR}/consumer)
 set(build ${WORK_DIR}/${MODE})
 set(prefix ${WORK_DIR}/prefix)
@@ -19,12 +20,12 @@ if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
       -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH})
 else()
-  # Core only: the LibTorch part of add_subdirectory is the same code as the main build.
-  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
-      -DCONSUMER_MODE=add_subdirectory -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=OFF)
+  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
+      -DCONSUMER_MODE=${MODE} -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=${WITH_TORCH})
 endif()
 run(${CMAKE_COMMAND} --build ${build})
 run(${build}/consumer_core)
-if(WITH_TORCH AND MODE STREQUAL "find_package")
+run(${build}/consumer_core_other_abi)
+if(WITH_TORCH)
   run(${build}/consumer_torch)
 endif()

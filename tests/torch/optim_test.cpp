@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "torch/test_util.h"
+
 namespace {
 
 using torch::Tensor;
@@ -19,8 +21,6 @@ using torch::optim::OptimizerParamGroup;
 
 constexpr double kRtol = 1e-5;  // fp32: a few ulps per step, over a few steps
 constexpr double kAtol = 1e-6;
-
-std::string key_of(const Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
 // Parameters of several shapes: a transposed (non-contiguous but dense) one, and one large
 // enough for the kernel to split it over threads.
@@ -64,16 +64,16 @@ std::vector<Tensor> snapshot(torch::optim::Optimizer& optimizer,
   const auto copy = [](const Tensor& t) { return t.defined() ? t.clone() : torch::tensor(-2); };
   std::vector<Tensor> out;
   for (const Tensor& p : params) {
-    auto it = optimizer.state().find(key_of(p));
-    if (it == optimizer.state().end()) {
+    const torch::optim::OptimizerParamState* state = find_state(optimizer, p);
+    if (state == nullptr) {
       out.push_back(torch::tensor(-1));
-    } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+    } else if (auto* a = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
       out.insert(out.end(), {torch::tensor(a->step()), copy(a->exp_avg()), copy(a->exp_avg_sq()),
                              copy(a->max_exp_avg_sq())});
-    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+    } else if (auto* w = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
       out.insert(out.end(), {torch::tensor(w->step()), copy(w->exp_avg()), copy(w->exp_avg_sq()),
                              copy(w->max_exp_avg_sq())});
-    } else if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+    } else if (auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
       out.push_back(copy(s->momentum_buffer()));
     } else {
       ADD_FAILURE() << "unexpected state type";

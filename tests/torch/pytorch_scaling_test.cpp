@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "scaling_case.h"
+#include "torch/test_util.h"
 
 namespace {
 
@@ -359,10 +360,6 @@ std::vector<torch::Tensor> state_tensors(const torch::optim::OptimizerParamState
   }
   return out;
 }
-torch::optim::OptimizerParamState* state_of(torch::optim::Optimizer& opt, const torch::Tensor& p) {
-  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-  return it == opt.state().end() ? nullptr : it->second.get();
-}
 
 // PyTorch's TensorTracker: add() queues a clone; pop_check_set() compares the oldest entry with
 // `t` (assertEqual's float32 defaults: rtol 1.3e-6, atol 1e-5) and copies it into `t`.
@@ -441,7 +438,7 @@ TEST(PyTorchGradScalerTest, GradScalingAutocastFusedOptimizers) {
         for (const auto& p : model_control->parameters()) {
           tracker.add(p.grad());
           tracker.add(p);
-          auto* st = state_of(opt_control, p);
+          auto* st = find_state(opt_control, p);
           if (!st) continue;
           for (const auto& t : state_tensors(st)) tracker.add(t);
           tracker.add(torch::tensor(state_step(st)));
@@ -460,8 +457,8 @@ TEST(PyTorchGradScalerTest, GradScalingAutocastFusedOptimizers) {
           const std::string where = "param " + std::to_string(j);
           tracker.pop_check_set(p.grad(), where + " grad");
           tracker.pop_check_set(p, where + " value");
-          if (!state_of(opt_control, model_control->parameters()[j])) continue;
-          auto* st = state_of(*opt_scaling, p);
+          if (!find_state(opt_control, model_control->parameters()[j])) continue;
+          auto* st = find_state(*opt_scaling, p);
           ASSERT_NE(st, nullptr) << where << ": the fused optimizer has no state";
           for (const auto& t : state_tensors(st)) tracker.pop_check_set(t, where + " state");
           ASSERT_FALSE(tracker.queue.empty());

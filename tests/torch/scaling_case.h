@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "torch/test_util.h"
+
 namespace mixprec_test {
 
 /// PyTorch's helper sets no seed; we do, so every port is deterministic.
@@ -131,15 +133,10 @@ inline void expect_optimizer_state_close(const torch::optim::Optimizer& control,
                                          const torch::optim::Optimizer& scaling,
                                          const torch::Tensor& s, double atol, double rtol,
                                          const std::string& where) {
-  // LibTorch keys an optimizer's state by the address of the parameter's TensorImpl.
-  const auto key_c = c10::guts::to_string(c.unsafeGetTensorImpl());
-  const auto key_s = c10::guts::to_string(s.unsafeGetTensorImpl());
-  auto it_c = control.state().find(key_c);
-  auto it_s = scaling.state().find(key_s);
-  if (it_c == control.state().end()) return;  // no state for this param (e.g. plain SGD)
-  ASSERT_NE(it_s, scaling.state().end()) << where << ": scaling optimizer has no state";
-  const auto* sc = it_c->second.get();
-  const auto* ss = it_s->second.get();
+  const auto* sc = find_state(control, c);
+  const auto* ss = find_state(scaling, s);
+  if (sc == nullptr) return;  // no state for this param (e.g. plain SGD)
+  ASSERT_NE(ss, nullptr) << where << ": scaling optimizer has no state";
   using torch::optim::AdamParamState;
   using torch::optim::AdamWParamState;
   using torch::optim::SGDParamState;

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Checks the README's two Quick start commands as a newcomer meets them: in a minimal Debian root
+# made with debootstrap (nothing installed but the base system), a clone of this checkout runs
+# `bash scripts/main.sh` and then `bash scripts/test.sh` with a clean environment, and one line per
+# command says how it ended. Not part of CI: each release takes about as long as two full builds
+# plus the package installs. Needs root (debootstrap, chroot, mount).
+#
+# Usage: scripts/fresh_machine_check.sh [bookworm] [trixie]   (default: both)
+#   Roots and logs go to $MIXPREC_FRESH_DIR (default /var/tmp/mixprec-fresh); each run makes new
+#   roots. The clone is of HEAD (commit first: uncommitted changes are not in it).
+#   On bookworm, scripts/test.sh also makes its own Debian 13 root inside the fresh one (its
+#   LibTorch 2.6 stage), as CI does on a new machine.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/debian_root.sh
+if [[ $(id -u) -ne 0 ]]; then
+  echo "scripts/fresh_machine_check.sh: needs root (debootstrap, chroot)" >&2
+  exit 2
+fi
+suites=("$@")
+((${#suites[@]} > 0)) || suites=(bookworm trixie)
+work=${MIXPREC_FRESH_DIR:-/var/tmp/mixprec-fresh}
+mkdir -p "$work"
+checkout=$PWD
+results=()
+status=0
+for suite in "${suites[@]}"; do
+  root=$work/$suite
+  remove_debian_root "$root" || exit 1
+  t0=$(date +%s)
+  if ! make_debian_root "$suite" "$root"; then
+    results+=("$suite: debootstrap FAILED (see $root.debootstrap.log)")
+    status=1
+    continue
+  fi
+  git clone -q "$checkout" "$root/mixprec"
+  mount_debian_root "$root"
+  echo "== $suite root made and cloned in $(seconds_since "$t0") s"
+  for cmd in "bash scripts/main.sh" "bash scripts/test.sh"; do
+    log=$work/$suite-${cmd##* }.log
+    log=${log%.sh}.log
+    t0=$(date +%s)
+    echo "== $suite: $cmd (log: $log)"
+    in_debian_root "$root" "cd /mixprec && $cmd" >"$log" 2>&1
+    rc=$?
+    tail -n 5 "$log"
+    results+=("$suite: $cmd -> exit $rc in $(seconds_since "$t0") s (log: $log)")
+    ((rc == 0)) || status=1
+  done
+  # Unmount (test.sh's own Debian 13 root inside a bookworm root has mounts too); keep the files.
+  for m in $(awk -v d="$(realpath "$root")/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
+    umount -l "$m" || true
+  done
+done
+echo "== fresh machine check:"
+printf '%s\n' "${results[@]}"
+exit $status
