@@ -7,5 +7,6 @@
 #include "mixprec/grad_scaler.h"
 #include "mixprec/grad_scaler_options.h"
 #include "mixprec/optim.h"
+#include "mixprec/serialize.h"
 #include "mixprec/telemetry.h"
 

@@ -71,14 +71,20 @@ in_debian_root() {
 }
 
 # copy_checkout SRC DEST: the checkout's files as git sees them (tracked, and untracked ones that
-# are not ignored: what a commit of the work tree would hold), without .git and build folders.
+# are not ignored: what a commit of the work tree would hold), without .git and build folders;
+# outside a git work tree, everything but .git, build*/ and demo_out/.
 copy_checkout() {
   local src=$1 dest=$2
   rm -rf "$dest"
   mkdir -p "$dest"
-  (cd "$src" && git ls-files -z --cached --others --exclude-standard |
-    xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-    tar --null -T - -cf -) | tar -xf - -C "$dest"
+  if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (cd "$src" && git ls-files -z --cached --others --exclude-standard |
+      xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
+      tar --null -T - -cf -) | tar -xf - -C "$dest"
+  else
+    (cd "$src" && tar --exclude=./.git --exclude='./build*' --exclude=./demo_out -cf - .) |
+      tar -xf - -C "$dest"
+  fi
 }
 
 # seconds_since START: whole seconds elapsed since START (from `date +%s`).

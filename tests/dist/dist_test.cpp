@@ -21,6 +21,21 @@ extern char** environ;
 namespace {
 
 namespace fs = std::filesystem;
+
+// The ranks meet over Gloo. When mixprec was built without Gloo's headers (LibTorch without
+// Gloo, or no libgloo-dev), make_gloo_process_group throws: every test is skipped, saying why.
+class GlooAvailable : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!MIXPREC_DIST_HAVE_GLOO) {
+      GTEST_SKIP() << "mixprec was built without Gloo's headers (gloo/context.h; Debian: "
+                      "libgloo-dev), so mixprec::make_gloo_process_group throws: the "
+                      "distributed tests need it";
+    }
+  }
+};
+::testing::Environment* const gloo_environment =
+    ::testing::AddGlobalTestEnvironment(new GlooAvailable);
 using Clock = std::chrono::steady_clock;
 
 struct Rank {

@@ -31,62 +31,13 @@
 #include <string>
 #include <vector>
 
+#include "differential_io.h"
+
 namespace {
 
+using namespace mixprec::differential;
+
 using torch::Tensor;
-
-/// meta.txt: each line is a key followed by whitespace-separated values.
-std::map<std::string, std::vector<std::string>> read_meta(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::map<std::string, std::vector<std::string>> meta;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string key, value;
-    if (!(words >> key) || key[0] == '#') continue;
-    auto& values = meta[key];
-    while (words >> value) values.push_back(value);
-  }
-  return meta;
-}
-
-std::int64_t meta_int(const std::map<std::string, std::vector<std::string>>& meta,
-                      const std::string& key) {
-  auto it = meta.find(key);
-  if (it == meta.end() || it->second.size() != 1) {
-    throw std::runtime_error("meta.txt: key '" + key + "' missing or not one value");
-  }
-  return std::stoll(it->second[0]);
-}
-
-/// A float32 little-endian file of exactly numel values, as a CPU tensor of `shape`.
-Tensor read_floats(const std::string& path, std::vector<std::int64_t> shape) {
-  std::int64_t numel = 1;
-  for (std::int64_t s : shape) numel *= s;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  const std::streamoff bytes = in.tellg();
-  if (bytes != numel * 4) {
-    throw std::runtime_error(path + ": " + std::to_string(bytes) + " bytes, expected " +
-                             std::to_string(numel * 4));
-  }
-  static_assert(sizeof(float) == 4, "float32 expected");
-  Tensor t = torch::empty(shape, torch::kFloat);  // x86-64 and aarch64 are little-endian
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(t.data_ptr<float>()), bytes);
-  return t;
-}
-
-void write_floats(const std::string& path, const std::vector<Tensor>& tensors) {
-  std::ofstream out(path, std::ios::binary);
-  for (const Tensor& t : tensors) {
-    const Tensor c = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
-    out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
-              static_cast<std::streamsize>(c.numel() * 4));
-  }
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
 
 struct Setup {
   std::int64_t in_dim, hidden, out_dim, batch, steps, growth_interval;

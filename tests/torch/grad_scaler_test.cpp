@@ -2,6 +2,7 @@
 // skipping, update overloads, disabled pass-through, state_dict refusals, printing.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <limits>
 #include <sstream>
@@ -299,6 +300,32 @@ TEST(GradScalerTest, SeveralOptimizersShareOneUpdate) {
   EXPECT_EQ(s.get_scale(), 4.0);
   EXPECT_TRUE(torch::equal(a.w, torch::zeros({4})));
   EXPECT_TRUE(torch::equal(b.w, torch::ones({4})));
+}
+
+TEST(GradScalerTest, StepsAfterZeroGradOfEitherLibTorch) {
+  // LibTorch 2.x's zero_grad() sets gradients to undefined (Python's set_to_none=True); 1.13's
+  // fills them with zeros. The next scaled backward must give the same step either way.
+  torch::manual_seed(3);
+  torch::nn::Linear model(3, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  GradScaler scaler(GradScalerOptions().init_scale(1024));
+  const torch::Tensor x = torch::randn({4, 3}), y = torch::zeros({4, 1});
+  torch::mse_loss(model->forward(x), y).backward();
+  optimizer.zero_grad();
+  if (TORCH_VERSION_MAJOR >= 2) {
+    EXPECT_FALSE(model->weight.grad().defined());
+  } else {
+    EXPECT_TRUE(torch::equal(model->weight.grad(), torch::zeros_like(model->weight)));
+  }
+  // The expected step, without a scaler: w - lr * dL/dw.
+  const torch::Tensor w = model->weight.detach().clone().requires_grad_();
+  torch::mse_loss(torch::nn::functional::linear(x, w, model->bias.detach()), y).backward();
+  const torch::Tensor expected = w.detach() - 0.1 * w.grad();
+  scaler.scale(torch::mse_loss(model->forward(x), y)).backward();
+  scaler.step(optimizer);
+  scaler.update();
+  EXPECT_TRUE(torch::allclose(model->weight, expected, 1e-6, 1e-7));
+  EXPECT_EQ(scaler.get_growth_tracker(), 1);
 }
 
 }  // namespace

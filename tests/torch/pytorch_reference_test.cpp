@@ -84,17 +84,23 @@ Tensor special_values(torch::Dtype dtype, std::int64_t n, std::mt19937& rng, boo
   return t.to(dtype);
 }
 
-// Runs both kernels on copies of `grads` and compares grads and found_inf bit for bit.
-void compare_unscale(const std::vector<Tensor>& grads, double inv_scale, const std::string& where) {
-  std::vector<Tensor> ours = clones(grads), theirs = clones(grads);
+// Runs mixprec's kernel on `ours` and PyTorch's on `theirs` (the same values, separate memory)
+// and compares the two found_inf bit for bit.
+void unscale_both(std::vector<Tensor>& ours, std::vector<Tensor>& theirs, double inv_scale,
+                  const std::string& where) {
   Tensor found_ours = torch::zeros({1}), found_theirs = torch::zeros({1});
   const Tensor inv = torch::full({1}, inv_scale);
-  // Views of the clones where the inputs were views: same strides and storage offsets.
   mixprec::non_finite_check_and_unscale_(ours, found_ours, inv);
 #if MIXPREC_HAS_PYTORCH_CPU_AMP
   at::_amp_foreach_non_finite_check_and_unscale_(theirs, found_theirs, inv);
 #endif
   expect_same_bits(found_ours, found_theirs, where + ": found_inf");
+}
+
+// Both kernels on copies of `grads`; found_inf and every grad compared bit for bit.
+void compare_unscale(const std::vector<Tensor>& grads, double inv_scale, const std::string& where) {
+  std::vector<Tensor> ours = clones(grads), theirs = clones(grads);
+  unscale_both(ours, theirs, inv_scale, where);
   for (std::size_t i = 0; i < grads.size(); ++i) {
     expect_same_bits(ours[i], theirs[i], where + ": grad " + std::to_string(i));
   }
@@ -129,7 +135,7 @@ TEST(PyTorchReferenceUnscaleTest, ViewsOffsetsAndEmptyTensors) {
   for (torch::Dtype dtype : kDtypes) {
     for (bool non_finite : {false, true}) {
       const Tensor base = special_values(dtype, 64 * 33, rng, non_finite).view({64, 33});
-      // Each case clones `base` inside compare_unscale and then takes the view of the clone.
+      // Each case takes the view of two clones of `base`, one per kernel.
       struct ViewCase {
         const char* name;
         std::function<Tensor(const Tensor&)> view;
@@ -143,20 +149,14 @@ TEST(PyTorchReferenceUnscaleTest, ViewsOffsetsAndEmptyTensors) {
       };
       for (double inv_scale : {0.125, 1.0, 3.0}) {
         for (const ViewCase& v : views) {
-          std::vector<Tensor> ours_base = {base.clone()}, theirs_base = {base.clone()};
-          std::vector<Tensor> ours = {v.view(ours_base[0])}, theirs = {v.view(theirs_base[0])};
-          Tensor found_ours = torch::zeros({1}), found_theirs = torch::zeros({1});
-          const Tensor inv = torch::full({1}, inv_scale);
-          mixprec::non_finite_check_and_unscale_(ours, found_ours, inv);
-#if MIXPREC_HAS_PYTORCH_CPU_AMP
-          at::_amp_foreach_non_finite_check_and_unscale_(theirs, found_theirs, inv);
-#endif
+          const Tensor ours_base = base.clone(), theirs_base = base.clone();
+          std::vector<Tensor> ours = {v.view(ours_base)}, theirs = {v.view(theirs_base)};
           const std::string where = std::string(c10::toString(dtype)) + " " + v.name +
                                     (non_finite ? " with inf/NaN" : "") + " inv_scale " +
                                     std::to_string(inv_scale);
-          expect_same_bits(found_ours, found_theirs, where + ": found_inf");
+          unscale_both(ours, theirs, inv_scale, where);
           // The whole base: elements outside the view must be untouched on both sides.
-          expect_same_bits(ours_base[0], theirs_base[0], where + ": base");
+          expect_same_bits(ours_base, theirs_base, where + ": base");
         }
       }
     }

@@ -15,6 +15,7 @@
 
 #include "mixprec/core/optim_kernels.h"
 #include "torch/optim/adapter.h"
+#include "torch/optim/checkpoint.h"
 
 namespace mixprec::optim {
 namespace detail {
@@ -141,7 +142,8 @@ void Adam::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void Adam::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<torch::optim::AdamParamState, torch::optim::AdamOptions>(archive, *this);
+  // Note [Optimizer checkpoints across LibTorch versions] (checkpoint.h)
+  detail::load_optimizer<torch::optim::AdamParamState, torch::optim::AdamOptions>(archive, *this);
 }
 
 }  // namespace mixprec::optim

@@ -11,6 +11,7 @@
 
 #include "mixprec/optim/adam.h"
 #include "torch/optim/adapter.h"
+#include "torch/optim/checkpoint.h"
 
 namespace mixprec::optim {
 
@@ -41,8 +42,9 @@ void AdamW::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void AdamW::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(archive,
-                                                                                     *this);
+  // Note [Optimizer checkpoints across LibTorch versions] (checkpoint.h)
+  detail::load_optimizer<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(archive,
+                                                                                    *this);
 }
 
 }  // namespace mixprec::optim

@@ -12,6 +12,7 @@
 
 #include "mixprec/core/optim_kernels.h"
 #include "torch/optim/adapter.h"
+#include "torch/optim/checkpoint.h"
 
 namespace mixprec::optim {
 
@@ -111,7 +112,8 @@ void SGD::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void SGD::load(torch::serialize::InputArchive& archive) {
-  torch::optim::serialize<torch::optim::SGDParamState, torch::optim::SGDOptions>(archive, *this);
+  // Note [Optimizer checkpoints across LibTorch versions] (checkpoint.h)
+  detail::load_optimizer<torch::optim::SGDParamState, torch::optim::SGDOptions>(archive, *this);
 }
 
 }  // namespace mixprec::optim
