@@ -37,8 +37,7 @@ for suite in "${suites[@]}"; do
   mount_debian_root "$root"
   echo "== $suite root made and cloned in $(seconds_since "$t0") s"
   for cmd in "bash scripts/main.sh" "bash scripts/test.sh"; do
-    log=$work/$suite-${cmd##* }.log
-    log=${log%.sh}.log
+    log=$work/$suite-$(basename "${cmd##* }" .sh).log
     t0=$(date +%s)
     echo "== $suite: $cmd (log: $log)"
     in_debian_root "$root" "cd /mixprec && $cmd" >"$log" 2>&1
