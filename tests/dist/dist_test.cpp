@@ -24,18 +24,12 @@ namespace fs = std::filesystem;
 
 // The ranks meet over Gloo. When mixprec was built without Gloo's headers (LibTorch without
 // Gloo, or no libgloo-dev), make_gloo_process_group throws: every test is skipped, saying why.
-class GlooAvailable : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!MIXPREC_DIST_HAVE_GLOO) {
-      GTEST_SKIP() << "mixprec was built without Gloo's headers (gloo/context.h; Debian: "
-                      "libgloo-dev), so mixprec::make_gloo_process_group throws: the "
-                      "distributed tests need it";
-    }
+#define SKIP_WITHOUT_GLOO()                                                                    \
+  if (!MIXPREC_DIST_HAVE_GLOO) {                                                               \
+    GTEST_SKIP() << "mixprec was built without Gloo's headers (gloo/context.h; Debian: "       \
+                    "libgloo-dev), so mixprec::make_gloo_process_group throws: the distributed " \
+                    "tests need it";                                                           \
   }
-};
-::testing::Environment* const gloo_environment =
-    ::testing::AddGlobalTestEnvironment(new GlooAvailable);
 using Clock = std::chrono::steady_clock;
 
 struct Rank {
@@ -157,6 +151,7 @@ constexpr std::chrono::seconds kDeadline{60};
 class DistributedTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(DistributedTest, EveryRankSkipsWhenOneRankSeesInf) {
+  SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const auto ranks = run_ranks("skip", world, "world", kTimeoutMs, kDeadline);
   expect_all_ok(ranks, 8);
@@ -169,6 +164,7 @@ TEST_P(DistributedTest, EveryRankSkipsWhenOneRankSeesInf) {
 }
 
 TEST_P(DistributedTest, ScalesEqualOnEveryRankAfterEveryUpdate) {
+  SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const auto ranks = run_ranks("skip", world, "world", kTimeoutMs, kDeadline);
   expect_all_ok(ranks, 8);
@@ -187,6 +183,7 @@ TEST_P(DistributedTest, ScalesEqualOnEveryRankAfterEveryUpdate) {
 
 // The control: without the reducer only the rank with the inf skips, and the scales part.
 TEST_P(DistributedTest, WithoutReducerRanksDisagree) {
+  SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const auto ranks = run_ranks("skip", world, "none", kTimeoutMs, kDeadline);
   expect_all_ok(ranks, 8);
@@ -196,6 +193,7 @@ TEST_P(DistributedTest, WithoutReducerRanksDisagree) {
 }
 
 TEST_P(DistributedTest, DataParallelParamsEqualOnEveryRank) {
+  SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const int steps = 14;
   const auto ranks = run_ranks("ddp", world, "world", kTimeoutMs, kDeadline, steps);
@@ -213,6 +211,7 @@ TEST_P(DistributedTest, DataParallelParamsEqualOnEveryRank) {
 
 // The control: an inf after the gradient all-reduce, seen by one rank only, splits the ranks.
 TEST_P(DistributedTest, DataParallelWithoutReducerDiverges) {
+  SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const int steps = 10;
   const auto ranks = run_ranks("ddp", world, "none", kTimeoutMs, kDeadline, steps);
@@ -225,6 +224,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DistributedTest, ::testing::Values(2, 4),
 
 // 2 x 2 ranks; rank 3 sees an inf. Over its data pair then its pipeline pair, all four skip.
 TEST(DistributedGroupsTest, ReducesOverEachGroupInTurn) {
+  SKIP_WITHOUT_GLOO();
   const auto ranks = run_ranks("groups", 4, "world", kTimeoutMs, kDeadline, 3);
   expect_all_ok(ranks, 3);
   for (int r = 0; r < 4; ++r) {
@@ -234,6 +234,7 @@ TEST(DistributedGroupsTest, ReducesOverEachGroupInTurn) {
 }
 
 TEST(DistributedGroupsTest, OneGroupOnlyReachesItsOwnRanks) {
+  SKIP_WITHOUT_GLOO();
   const auto ranks = run_ranks("groups", 4, "dp", kTimeoutMs, kDeadline, 3);
   expect_all_ok(ranks, 3);
   const int expected[4] = {1, 1, 0, 0};  // rank 3's data pair is {2, 3}
@@ -260,6 +261,7 @@ void expect_survivors_fail_fast(const std::vector<Rank>& ranks, int victim, bool
 }
 
 TEST(DistributedFailureTest, DeadRankMakesOthersFailInBoundedTime) {
+  SKIP_WITHOUT_GLOO();
   for (int world : {2, 4}) {
     SCOPED_TRACE(world);
     const auto ranks = run_ranks("die", world, "world", kShortTimeoutMs, std::chrono::seconds(40));
@@ -269,6 +271,7 @@ TEST(DistributedFailureTest, DeadRankMakesOthersFailInBoundedTime) {
 }
 
 TEST(DistributedFailureTest, StalledRankMakesOthersTimeOut) {
+  SKIP_WITHOUT_GLOO();
   const auto ranks =
       run_ranks("stall", 2, "world", kShortTimeoutMs, std::chrono::seconds(40), 8, 1);
   expect_survivors_fail_fast(ranks, 1, true);
