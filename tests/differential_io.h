@@ -34,14 +34,14 @@ inline Meta read_meta(const std::string& path) {
 }
 
 /// The values of `key` (possibly none); throws when the key is missing.
-inline const std::vector<std::string>& meta_list(const Meta& meta, const std::string& key) {
+inline std::vector<std::string> meta_list(const Meta& meta, const std::string& key) {
   const auto it = meta.find(key);
   if (it == meta.end()) throw std::runtime_error("meta.txt: key '" + key + "' missing");
   return it->second;
 }
 /// The one value of `key`; throws when it is missing or not exactly one value.
-inline const std::string& meta_value(const Meta& meta, const std::string& key) {
-  const std::vector<std::string>& values = meta_list(meta, key);
+inline std::string meta_value(const Meta& meta, const std::string& key) {
+  const std::vector<std::string> values = meta_list(meta, key);
   if (values.size() != 1) throw std::runtime_error("meta.txt: key '" + key + "' not one value");
   return values[0];
 }
