@@ -1,6 +1,10 @@
-// Benchmarks of a full AdamW step with GradScaler on the parameter list of a GPT-2-small-like
-// model (~124M parameters): mixprec::optim::AdamW (fused) against torch::optim::AdamW +
-// scaler.unscale_(), with the machine's copy bandwidth over the same parameters as the ceiling.
+// Benchmarks of a whole GradScaler + optimizer step on the parameter list of a GPT-2-small-like
+// model (~124M fp32 parameters): mixprec's fused SGD (momentum), Adam and AdamW with its
+// GradScaler; on LibTorch >= 2.4, PyTorch's GradScaler path on the same shapes (the inf check with
+// inv_scale 1, then at::_fused_sgd_ / _fused_adam_ / _fused_adamw_ with grad_scale and found_inf,
+// then at::_amp_update_scale_, as torch.amp.GradScaler("cpu") drives a fused optimizer); and what
+// a LibTorch user writes today (torch::optim::AdamW + scaler.unscale_()). The bandwidth ceiling is
+// unscale_benchmark's in-place scale loop (bench/ratios.py puts the two together).
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <mixprec/grad_scaler.h>
@@ -8,14 +12,21 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "gpt2_shapes.h"
 #include "mixprec/core/kernels.h"
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define MIXPREC_BENCH_PYTORCH_KERNELS  // PyTorch's CPU AMP and fused optimizer kernels
+#endif
+
 namespace {
 
 using mixprec_bench::gpt2_small_shapes;
+
+enum class Kind { kSgd, kAdam, kAdamW };
 
 // Parameters with gradients holding small random values.
 std::vector<torch::Tensor> make_model(std::int64_t* numel) {
@@ -37,83 +48,142 @@ void scale_grads(std::vector<torch::Tensor>& params, double scale) {
   for (torch::Tensor& p : params) p.mutable_grad().mul_(scale);
 }
 
-void set_counters(benchmark::State& state, std::int64_t numel) {
-  // The traffic of one unscale + AdamW step done once: param, grad, exp_avg, exp_avg_sq read
-  // and written (fp32). Both variants are credited the same bytes, so the rates compare.
-  state.SetBytesProcessed(state.iterations() * numel * 8 * 4);
+// Bytes one step moves at the least, fp32: a read-only inf check of the grads, then one pass that
+// reads grad and param (and the moments or momentum buffer) and writes them back (the grad
+// included: the step stores the unscaled grad, as PyTorch's kernels do). Every variant is credited
+// the same bytes, so the rates compare with each other and with the scale loop's.
+std::int64_t step_bytes(Kind kind, std::int64_t numel) {
+  const std::int64_t arrays = kind == Kind::kSgd ? 3 : 4;
+  return numel * 4 * (1 + 2 * arrays);
+}
+
+void set_counters(benchmark::State& state, Kind kind, std::int64_t numel) {
+  state.SetBytesProcessed(state.iterations() * step_bytes(kind, numel));
   state.counters["params_M"] = static_cast<double>(numel) / 1e6;
   state.counters["mixprec_threads"] = mixprec::core::get_num_threads();
   state.counters["torch_threads"] = at::get_num_threads();
 }
 
-const auto kAdamW = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
+constexpr double kLr = 1e-3, kWeightDecay = 0.01, kMomentum = 0.9;
 
-void BM_FusedAdamWWithScaler(benchmark::State& state) {
-  std::int64_t numel = 0;
-  std::vector<torch::Tensor> params = make_model(&numel);
-  mixprec::optim::AdamW optimizer(params, kAdamW);
-  mixprec::GradScaler scaler;
-  const torch::Tensor loss = torch::ones({});
-  const auto one_step = [&] {
-    scaler.step(optimizer);  // inf check of the scaled grads, then one fused pass
-    scaler.update();
-  };
-  scaler.scale(loss);
-  scale_grads(params, scaler.get_scale());
+// Runs `one_step` (a whole scaler step and update) timed, with the grads scaled again untimed.
+template <typename Step>
+void time_steps(benchmark::State& state, std::vector<torch::Tensor>& params,
+                const std::function<double()>& scale, Kind kind, std::int64_t numel,
+                const Step& one_step) {
+  scale_grads(params, scale());
   one_step();  // creates the state outside the timing
   for (auto _ : state) {
     state.PauseTiming();
-    scale_grads(params, scaler.get_scale());
+    scale_grads(params, scale());
     state.ResumeTiming();
     one_step();
   }
-  set_counters(state, numel);
+  set_counters(state, kind, numel);
 }
 
+template <typename Optimizer, typename Options>
+void run_mixprec(benchmark::State& state, Kind kind, const Options& options) {
+  std::int64_t numel = 0;
+  std::vector<torch::Tensor> params = make_model(&numel);
+  Optimizer optimizer(params, options);
+  mixprec::GradScaler scaler;
+  scaler.scale(torch::ones({}));
+  time_steps(state, params, [&] { return scaler.get_scale(); }, kind, numel, [&] {
+    scaler.step(optimizer);  // inf check of the scaled grads, then one fused pass
+    scaler.update();
+  });
+}
+
+void BM_mixprec_SgdWithScaler(benchmark::State& state) {
+  run_mixprec<mixprec::optim::SGD>(state, Kind::kSgd,
+                                   torch::optim::SGDOptions(kLr).momentum(kMomentum));
+}
+void BM_mixprec_AdamWithScaler(benchmark::State& state) {
+  run_mixprec<mixprec::optim::Adam>(state, Kind::kAdam, torch::optim::AdamOptions(kLr));
+}
+void BM_mixprec_AdamWWithScaler(benchmark::State& state) {
+  run_mixprec<mixprec::optim::AdamW>(state, Kind::kAdamW,
+                                     torch::optim::AdamWOptions(kLr).weight_decay(kWeightDecay));
+}
+
+#ifdef MIXPREC_BENCH_PYTORCH_KERNELS
+// torch.amp.GradScaler("cpu").step(opt) + update() with opt = SGD/Adam/AdamW(fused=True), in the
+// calls Python makes: found_inf from the inf check with inv_scale 1 (_check_inf_per_device), the
+// state steps advanced and taken back on overflow (_fused_adam), the fused kernel with the scale
+// and found_inf, then _amp_update_scale_.
+void run_pytorch(benchmark::State& state, Kind kind) {
+  std::int64_t numel = 0;
+  std::vector<torch::Tensor> params = make_model(&numel);
+  std::vector<torch::Tensor> grads, exp_avgs, exp_avg_sqs, steps, buffers;
+  for (const torch::Tensor& p : params) {
+    grads.push_back(p.grad());
+    if (kind == Kind::kSgd) {
+      buffers.push_back(torch::empty_like(p));
+    } else {
+      exp_avgs.push_back(torch::zeros_like(p));
+      exp_avg_sqs.push_back(torch::zeros_like(p));
+      steps.push_back(torch::zeros({}, torch::kFloat));
+    }
+  }
+  torch::Tensor scale = torch::full({}, 65536.0f), tracker = torch::zeros({}, torch::kInt);
+  torch::Tensor one = torch::ones({}), found_inf = torch::zeros({});
+  bool first_step = true;
+  time_steps(state, params, [&] { return scale.item<double>(); }, kind, numel, [&] {
+    found_inf.zero_();
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, one);
+    if (kind == Kind::kSgd) {
+      at::_fused_sgd_(params, grads, buffers, 0.0, kMomentum, kLr, 0.0, /*nesterov=*/false,
+                      /*maximize=*/false, first_step, scale, found_inf);
+      first_step = false;
+    } else {
+      at::_foreach_add_(steps, 1);
+      if (kind == Kind::kAdamW) {
+        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, kLr, 0.9, 0.999,
+                          kWeightDecay, 1e-8, /*amsgrad=*/false, /*maximize=*/false, scale,
+                          found_inf);
+      } else {
+        at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, kLr, 0.9, 0.999, 0.0,
+                         1e-8, /*amsgrad=*/false, /*maximize=*/false, scale, found_inf);
+      }
+      at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), found_inf));
+    }
+    at::_amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 2000);
+  });
+}
+
+void BM_pytorch_SgdWithScaler(benchmark::State& state) { run_pytorch(state, Kind::kSgd); }
+void BM_pytorch_AdamWithScaler(benchmark::State& state) { run_pytorch(state, Kind::kAdam); }
+void BM_pytorch_AdamWWithScaler(benchmark::State& state) { run_pytorch(state, Kind::kAdamW); }
+#endif
+
+// What a LibTorch user writes without mixprec's optimizers: torch::optim::AdamW + unscale_().
 void BM_TorchAdamWWithUnscale(benchmark::State& state) {
   std::int64_t numel = 0;
   std::vector<torch::Tensor> params = make_model(&numel);
-  torch::optim::AdamW optimizer(params, kAdamW);
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(kLr).weight_decay(kWeightDecay));
   mixprec::GradScaler scaler;
-  const torch::Tensor loss = torch::ones({});
-  const auto one_step = [&] {
-    scaler.unscale_(optimizer);  // what a LibTorch user writes today
+  scaler.scale(torch::ones({}));
+  time_steps(state, params, [&] { return scaler.get_scale(); }, Kind::kAdamW, numel, [&] {
+    scaler.unscale_(optimizer);
     scaler.step(optimizer);
     scaler.update();
-  };
-  scaler.scale(loss);
-  scale_grads(params, scaler.get_scale());
-  one_step();
-  for (auto _ : state) {
-    state.PauseTiming();
-    scale_grads(params, scaler.get_scale());
-    state.ResumeTiming();
-    one_step();
-  }
-  set_counters(state, numel);
-}
-
-// The ceiling: copying as many bytes as the step moves (ATen's parallel copy).
-void BM_CopyCeiling(benchmark::State& state) {
-  std::int64_t numel = 0;
-  for (const auto& shape : gpt2_small_shapes()) {
-    std::int64_t n = 1;
-    for (std::int64_t s : shape) n *= s;
-    numel += n;
-  }
-  // 4 arrays of numel floats copied = 8 x 4 bytes per parameter, as credited above.
-  torch::Tensor src = torch::rand({4 * numel}), dst = torch::empty({4 * numel});
-  for (auto _ : state) {
-    dst.copy_(src);
-    benchmark::DoNotOptimize(dst.data_ptr());
-  }
-  set_counters(state, numel);
+  });
 }
 
 }  // namespace
 
-BENCHMARK(BM_CopyCeiling)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(BM_FusedAdamWWithScaler)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(BM_TorchAdamWWithUnscale)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+#define MIXPREC_BENCH(fn) \
+  BENCHMARK(fn)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(10)->Repetitions(3)
+
+MIXPREC_BENCH(BM_mixprec_SgdWithScaler);
+MIXPREC_BENCH(BM_mixprec_AdamWithScaler);
+MIXPREC_BENCH(BM_mixprec_AdamWWithScaler);
+#ifdef MIXPREC_BENCH_PYTORCH_KERNELS
+MIXPREC_BENCH(BM_pytorch_SgdWithScaler);
+MIXPREC_BENCH(BM_pytorch_AdamWithScaler);
+MIXPREC_BENCH(BM_pytorch_AdamWWithScaler);
+#endif
+BENCHMARK(BM_TorchAdamWWithUnscale)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 BENCHMARK_MAIN();

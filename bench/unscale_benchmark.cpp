@@ -1,6 +1,8 @@
 // Benchmarks of the CPU unscale-and-check kernel beside this machine's ceilings (memcpy and a
-// plain in-place scale loop over the same bytes) and the LibTorch code users write by hand.
-// scripts/bench.sh runs them once and prints the ratios of that run (bench/ratios.py).
+// plain in-place scale loop over the same bytes), the LibTorch code users write by hand, and, on
+// LibTorch >= 2.4, PyTorch's own kernel (at::_amp_foreach_non_finite_check_and_unscale_) on the
+// same buffers. scripts/bench.sh runs them once and prints the ratios of that run
+// (bench/ratios.py).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -20,6 +22,9 @@
 #ifdef MIXPREC_BENCH_WITH_TORCH
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define MIXPREC_BENCH_PYTORCH_KERNELS  // PyTorch's CPU AMP kernels exist from 2.4 on
+#endif
 #endif
 
 namespace {
@@ -79,14 +84,51 @@ std::uint16_t* big_bf16() {
   static std::uint16_t* p = make_buffer<std::uint16_t>(kBig, 5);  // odd seed: bf16
   return p;
 }
+// kSmallCount buffers of kSmall elements; Storage and seed parity as make_buffer.
+template <typename Storage>
+std::vector<Storage*> make_small(unsigned first_seed) {
+  std::vector<Storage*> out;
+  for (int t = 0; t < kSmallCount; ++t) {
+    out.push_back(make_buffer<Storage>(kSmall, first_seed + 2 * static_cast<unsigned>(t)));
+  }
+  return out;
+}
 const std::vector<float*>& small_f32() {
-  static const std::vector<float*> tensors = [] {
-    std::vector<float*> out;
-    for (int t = 0; t < kSmallCount; ++t) out.push_back(make_buffer<float>(kSmall, 100 + 2 * t));
-    return out;
-  }();
+  static const std::vector<float*> tensors = make_small<float>(100);
   return tensors;
 }
+const std::vector<std::uint16_t*>& small_f16() {
+  static const std::vector<std::uint16_t*> tensors = make_small<std::uint16_t>(20000);
+  return tensors;
+}
+const std::vector<std::uint16_t*>& small_bf16() {
+  static const std::vector<std::uint16_t*> tensors = make_small<std::uint16_t>(20001);
+  return tensors;
+}
+
+// The benchmark cases: one big tensor or kSmallCount small ones, of one dtype.
+struct Case {
+  core::DType dtype;
+  bool small;
+};
+std::vector<core::TensorView> views_of(Case c) {
+  std::vector<core::TensorView> views;
+  if (c.small) {
+    if (c.dtype == core::DType::kFloat32) {
+      for (float* p : small_f32()) views.push_back({p, kSmall, c.dtype});
+    } else {
+      for (std::uint16_t* p : c.dtype == core::DType::kFloat16 ? small_f16() : small_bf16()) {
+        views.push_back({p, kSmall, c.dtype});
+      }
+    }
+  } else if (c.dtype == core::DType::kFloat32) {
+    views.push_back({big_f32(), kBig, c.dtype});
+  } else {
+    views.push_back({c.dtype == core::DType::kFloat16 ? big_f16() : big_bf16(), kBig, c.dtype});
+  }
+  return views;
+}
+std::int64_t bytes_of(Case c) { return kBig * (c.dtype == core::DType::kFloat32 ? 4 : 2); }
 
 void finish(benchmark::State& state, std::int64_t bytes, bool found) {
   if (found) state.SkipWithError("found a non-finite value in finite data");
@@ -139,27 +181,21 @@ void run_mixprec(benchmark::State& state, const std::vector<core::TensorView>& v
   finish(state, bytes, found != 0.0f);
 }
 
-void BM_mixprec_fp32_64M(benchmark::State& state) {
-  run_mixprec(state, {{big_f32(), kBig, core::DType::kFloat32}}, kBig * 4, false);
+void run_mixprec(benchmark::State& state, Case c, bool check_only) {
+  run_mixprec(state, views_of(c), bytes_of(c), check_only);
 }
 
-void BM_mixprec_check_only_fp32_64M(benchmark::State& state) {
-  run_mixprec(state, {{big_f32(), kBig, core::DType::kFloat32}}, kBig * 4, true);
-}
+constexpr Case kF32{core::DType::kFloat32, false}, kF32Small{core::DType::kFloat32, true};
+constexpr Case kF16{core::DType::kFloat16, false}, kF16Small{core::DType::kFloat16, true};
+constexpr Case kBF16{core::DType::kBFloat16, false}, kBF16Small{core::DType::kBFloat16, true};
 
-void BM_mixprec_fp32_4096x16K(benchmark::State& state) {
-  std::vector<core::TensorView> views;
-  for (float* p : small_f32()) views.push_back({p, kSmall, core::DType::kFloat32});
-  run_mixprec(state, views, kBig * 4, false);
-}
-
-void BM_mixprec_fp16_64M(benchmark::State& state) {
-  run_mixprec(state, {{big_f16(), kBig, core::DType::kFloat16}}, kBig * 2, false);
-}
-
-void BM_mixprec_bf16_64M(benchmark::State& state) {
-  run_mixprec(state, {{big_bf16(), kBig, core::DType::kBFloat16}}, kBig * 2, false);
-}
+void BM_mixprec_fp32_64M(benchmark::State& state) { run_mixprec(state, kF32, false); }
+void BM_mixprec_check_only_fp32_64M(benchmark::State& state) { run_mixprec(state, kF32, true); }
+void BM_mixprec_fp32_4096x16K(benchmark::State& state) { run_mixprec(state, kF32Small, false); }
+void BM_mixprec_fp16_64M(benchmark::State& state) { run_mixprec(state, kF16, false); }
+void BM_mixprec_fp16_4096x16K(benchmark::State& state) { run_mixprec(state, kF16Small, false); }
+void BM_mixprec_bf16_64M(benchmark::State& state) { run_mixprec(state, kBF16, false); }
+void BM_mixprec_bf16_4096x16K(benchmark::State& state) { run_mixprec(state, kBF16Small, false); }
 
 // The extra pass GradScaler's opt-in overflow diagnostics make on an overflow step only.
 void BM_diagnose_scan_fp32_64M(benchmark::State& state) {
@@ -214,6 +250,35 @@ void run_torch_foreach(benchmark::State& state, bool small) {
   finish(state, kBig * 4, found);
 }
 
+#ifdef MIXPREC_BENCH_PYTORCH_KERNELS
+// PyTorch's own kernel on the same buffers, as torch.amp.GradScaler("cpu").unscale_ calls it.
+void run_pytorch(benchmark::State& state, Case c, bool check_only) {
+  const auto dtype = c.dtype == core::DType::kFloat32   ? torch::kFloat
+                     : c.dtype == core::DType::kFloat16 ? torch::kHalf
+                                                        : torch::kBFloat16;
+  std::vector<torch::Tensor> grads;
+  for (const core::TensorView& v : views_of(c)) {
+    grads.push_back(torch::from_blob(v.data, {v.numel}, dtype));
+  }
+  torch::Tensor found = torch::zeros({}, torch::kFloat), inv = torch::ones({}, torch::kFloat);
+  std::int64_t iteration = 0;
+  for (auto _ : state) {
+    inv.fill_(check_only ? 1.0f : inv_for(iteration++));
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found, inv);
+    benchmark::ClobberMemory();
+  }
+  finish(state, bytes_of(c), found.item<float>() != 0.0f);
+}
+
+void BM_pytorch_fp32_64M(benchmark::State& state) { run_pytorch(state, kF32, false); }
+void BM_pytorch_check_only_fp32_64M(benchmark::State& state) { run_pytorch(state, kF32, true); }
+void BM_pytorch_fp32_4096x16K(benchmark::State& state) { run_pytorch(state, kF32Small, false); }
+void BM_pytorch_fp16_64M(benchmark::State& state) { run_pytorch(state, kF16, false); }
+void BM_pytorch_fp16_4096x16K(benchmark::State& state) { run_pytorch(state, kF16Small, false); }
+void BM_pytorch_bf16_64M(benchmark::State& state) { run_pytorch(state, kBF16, false); }
+void BM_pytorch_bf16_4096x16K(benchmark::State& state) { run_pytorch(state, kBF16Small, false); }
+#endif
+
 void BM_torch_naive_fp32_64M(benchmark::State& state) { run_torch_naive(state, false); }
 void BM_torch_naive_fp32_4096x16K(benchmark::State& state) { run_torch_naive(state, true); }
 void BM_torch_foreach_fp32_64M(benchmark::State& state) { run_torch_foreach(state, false); }
@@ -229,8 +294,19 @@ MIXPREC_BENCH(BM_mixprec_fp32_64M);
 MIXPREC_BENCH(BM_mixprec_check_only_fp32_64M);
 MIXPREC_BENCH(BM_mixprec_fp32_4096x16K);
 MIXPREC_BENCH(BM_mixprec_fp16_64M);
+MIXPREC_BENCH(BM_mixprec_fp16_4096x16K);
 MIXPREC_BENCH(BM_mixprec_bf16_64M);
+MIXPREC_BENCH(BM_mixprec_bf16_4096x16K);
 MIXPREC_BENCH(BM_diagnose_scan_fp32_64M);
+#ifdef MIXPREC_BENCH_PYTORCH_KERNELS
+MIXPREC_BENCH(BM_pytorch_fp32_64M);
+MIXPREC_BENCH(BM_pytorch_check_only_fp32_64M);
+MIXPREC_BENCH(BM_pytorch_fp32_4096x16K);
+MIXPREC_BENCH(BM_pytorch_fp16_64M);
+MIXPREC_BENCH(BM_pytorch_fp16_4096x16K);
+MIXPREC_BENCH(BM_pytorch_bf16_64M);
+MIXPREC_BENCH(BM_pytorch_bf16_4096x16K);
+#endif
 #ifdef MIXPREC_BENCH_WITH_TORCH
 MIXPREC_BENCH(BM_torch_naive_fp32_64M);
 MIXPREC_BENCH(BM_torch_naive_fp32_4096x16K);

@@ -57,9 +57,12 @@ std::string device_name(const Device& device) {
 
 void check_optim_view(const TensorView& view, const TensorView& param, const char* who,
                       std::size_t index, const char* name) {
-  MIXPREC_CHECK(view.dtype == DType::kFloat32 || view.dtype == DType::kFloat64, who, ": parameter ",
-                index, ": ", name, " is ", dtype_name(view.dtype),
-                "; the fused optimizers support float32 and float64");
+  // The CUDA kernels compute in the parameter's type; the CPU ones also take fp16/bf16 storage.
+  const bool wide = view.dtype == DType::kFloat32 || view.dtype == DType::kFloat64;
+  MIXPREC_CHECK(wide || view.device.type == DeviceType::kCPU, who, ": parameter ", index, ": ",
+                name, " is ", dtype_name(view.dtype),
+                "; the fused optimizers support float32 and float64 on CUDA (float16 and bfloat16 "
+                "on the CPU only)");
   MIXPREC_CHECK(view.dtype == param.dtype, who, ": parameter ", index, ": ", name, " is ",
                 dtype_name(view.dtype), " but the parameter is ", dtype_name(param.dtype));
   MIXPREC_CHECK(view.numel == param.numel, who, ": parameter ", index, ": ", name, " has ",

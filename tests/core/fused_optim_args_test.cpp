@@ -46,9 +46,16 @@ TEST(FusedOptimArgsTest, SgdRefusesBadViewsNamingParameterAndBuffer) {
     return msg;
   };
   SgdTensors half{b.view(b.p), b.view(b.g), b.view(b.m)};
-  half.grad.dtype = DType::kFloat16;
-  EXPECT_NE(sgd(half).find("parameter 0: grad is float16; the fused optimizers support float32 "
-                           "and float64"),
+  for (TensorView* v : {&half.param, &half.grad, &half.momentum_buffer}) {
+    v->dtype = DType::kFloat16;
+    v->device = {DeviceType::kCUDA, 0};
+  }
+  EXPECT_NE(sgd(half).find("parameter 0: param is float16; the fused optimizers support float32 "
+                           "and float64 on CUDA (float16 and bfloat16 on the CPU only)"),
+            std::string::npos);
+  SgdTensors half_grad{b.view(b.p), b.view(b.g), b.view(b.m)};
+  half_grad.grad.dtype = DType::kFloat16;
+  EXPECT_NE(sgd(half_grad).find("parameter 0: grad is float16 but the parameter is float32"),
             std::string::npos);
   SgdTensors mixed{b.view(b.p), b.view(b.g), b.view(b.m)};
   mixed.grad.dtype = DType::kFloat64;

@@ -3,7 +3,7 @@
 // _fused_adamw_, driven as Python's torch.optim.{SGD, Adam, AdamW}(fused=True) drive them (state
 // steps as float tensors, incremented before the kernel and decremented by found_inf after it;
 // SGD's is_first_step while no momentum buffer exists), with grad_scale, with found_inf 0 and 1,
-// in float32 and float64, over every option both support (maximize: mixprec follows
+// in float32, float64, float16 and bfloat16, over every option both support (maximize: mixprec follows
 // torch::optim, which has none).
 //
 // Tolerance: both sides compute the same formulas in a different order (the grouping of the bias
@@ -11,8 +11,9 @@
 // operands per step. The operands here are O(1) (randn parameters and unscaled gradients), and
 // an element that ends near 0 by cancellation keeps an absolute error of a few ulps of them: the
 // largest seen on LibTorch 2.6 was 1.1e-6 (9 ulps at 1.3; Adam, lr 0.1, after 4 steps). Hence
-// rtol 1e-5 with atol 2e-6 in float32, rtol 1e-12 with atol 1e-13 in float64, over 6 steps. A step with found_inf = 1 must leave parameters,
-// gradients, moments and step counts exactly as they were, on both sides.
+// rtol 1e-5 with atol 2e-6 in float32, rtol 1e-12 with atol 1e-13 in float64, over 6 steps
+// (16-bit types: see tolerance()). A step with found_inf = 1 must leave parameters, gradients,
+// moments and step counts exactly as they were, on both sides.
 #include <gtest/gtest.h>
 #include <mixprec/mixprec.h>
 #include <mixprec/optim.h>
@@ -38,9 +39,17 @@ constexpr int kSkippedStep = 3;  // found_inf = 1 on this step (1-based)
 struct Tolerance {
   double rtol, atol;
 };
+// fp32/fp64: see the file comment. fp16/bf16 parameters and state compute in float and round
+// once per store on both sides; PyTorch's exp_avg update is a lerp with FMA, ours two products and
+// a sum, so the floats may differ in their last bit and round to neighbouring 16-bit values: two
+// units in the last place of the 16-bit type.
 Tolerance tolerance(torch::Dtype dtype) {
-  return dtype == torch::kDouble ? Tolerance{1e-12, 1e-13} : Tolerance{1e-5, 2e-6};
+  if (dtype == torch::kDouble) return {1e-12, 1e-13};
+  if (dtype == torch::kHalf) return {2.0 / 1024, 1e-6};
+  if (dtype == torch::kBFloat16) return {2.0 / 128, 1e-5};
+  return {1e-5, 2e-6};
 }
+const torch::Dtype kDTypes[] = {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16};
 
 void expect_close(const Tensor& ours, const Tensor& theirs, torch::Dtype dtype,
                   const std::string& where) {
@@ -182,14 +191,14 @@ void compare_adam(bool decoupled, torch::Dtype dtype, const AdamCase& c) {
 
 TEST(PyTorchReferenceOptimTest, AdamMatchesFusedAdam) {
   SKIP_WITHOUT_PYTORCH_CPU_AMP();
-  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+  for (torch::Dtype dtype : kDTypes) {
     for (const AdamCase& c : kAdamCases) compare_adam(false, dtype, c);
   }
 }
 
 TEST(PyTorchReferenceOptimTest, AdamWMatchesFusedAdamW) {
   SKIP_WITHOUT_PYTORCH_CPU_AMP();
-  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+  for (torch::Dtype dtype : kDTypes) {
     for (const AdamCase& c : kAdamCases) compare_adam(true, dtype, c);
   }
 }
@@ -205,7 +214,7 @@ TEST(PyTorchReferenceOptimTest, SgdMatchesFusedSgd) {
       {0.1, 0.0, 0.0, 0.0, false}, {0.05, 0.9, 0.0, 0.0, false}, {0.05, 0.9, 0.1, 0.0, false},
       {0.02, 0.9, 0.0, 0.01, true}, {0.3, 0.5, 0.5, 0.2, false},
   };
-  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+  for (torch::Dtype dtype : kDTypes) {
     for (const SgdCase& c : cases) {
       const std::string name = std::string("SGD ") + c10::toString(dtype) + " lr " +
                                std::to_string(c.lr) + " momentum " + std::to_string(c.momentum) +

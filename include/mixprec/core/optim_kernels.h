@@ -78,7 +78,8 @@ struct AdamTensors {
 ///   buf = first_step ? d : momentum * buf + (1 - dampening) * d;
 ///   d = nesterov ? d + momentum * buf : buf; param -= lr * d.
 ///
-/// Views are float32 or float64 (one dtype per parameter), all on one device, where
+/// Views are float32 or float64, or on the CPU also float16 or bfloat16 (computed in float,
+/// rounded to nearest even once per store), one dtype per parameter, all on one device, where
 /// `grad_scale` and `found_inf` live too:
 /// - CPU: returns true when the update was applied. Runs on up to get_num_threads() threads
 ///   (kernels.h); results do not depend on the thread count.

@@ -29,8 +29,10 @@ namespace mixprec::optim {
 /// scaler.update();
 /// ```
 ///
-/// Parameters must be float32 or float64 tensors with dense gradients, on the CPU or on CUDA
-/// devices (each device gets its own kernel calls); others throw. On CUDA nothing waits for the
+/// Parameters must be floating tensors with dense gradients, on the CPU or on CUDA devices (each
+/// device gets its own kernel calls): float32 or float64 anywhere, float16 or bfloat16 on the CPU
+/// (state in the parameter's dtype, math in float, each value rounded once when stored, as
+/// PyTorch's fused CPU optimizers); others throw. On CUDA nothing waits for the
 /// device: the kernels read found_inf and the scale there and keep each parameter's step count
 /// as a device tensor in its state, so a whole iteration can be captured in a CUDA graph; the
 /// state is then made on the first step even if that step is skipped (see docs/design.md).
