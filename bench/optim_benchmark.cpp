@@ -171,6 +171,33 @@ void BM_TorchAdamWWithUnscale(benchmark::State& state) {
   });
 }
 
+// ---- per-iteration overhead on a tiny model (seed example 3: Linear(10, 1) + SGD) --------------
+// GradScaler's own cost per iteration: scale + step + update, minus the optimizer's step alone.
+// bench/python_overhead.py times the same with torch.amp.GradScaler("cpu") in Python.
+struct Tiny {
+  torch::nn::Linear model{10, 1};
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.01)};
+  torch::Tensor loss = torch::ones({});
+  Tiny() {
+    for (torch::Tensor& p : model->parameters()) p.mutable_grad() = torch::randn_like(p) * 1e-3;
+  }
+};
+
+void BM_tiny_optimizer_step(benchmark::State& state) {
+  Tiny tiny;
+  for (auto _ : state) tiny.optimizer.step();
+}
+
+void BM_tiny_scaler_iteration(benchmark::State& state) {
+  Tiny tiny;
+  mixprec::GradScaler scaler;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(scaler.scale(tiny.loss));
+    scaler.step(tiny.optimizer);
+    scaler.update();
+  }
+}
+
 }  // namespace
 
 #define MIXPREC_BENCH(fn) \
@@ -184,6 +211,8 @@ MIXPREC_BENCH(BM_pytorch_SgdWithScaler);
 MIXPREC_BENCH(BM_pytorch_AdamWithScaler);
 MIXPREC_BENCH(BM_pytorch_AdamWWithScaler);
 #endif
+BENCHMARK(BM_tiny_optimizer_step)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_tiny_scaler_iteration)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TorchAdamWWithUnscale)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 BENCHMARK_MAIN();
