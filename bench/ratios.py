@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prints the ratios of one run of mixprec's benchmarks (Google Benchmark JSON files from
-unscale_benchmark and optim_benchmark) against the machine's in-place scale loop and PyTorch's own
-kernels (rows with PyTorch need LibTorch >= 2.4), with the targets of the CPU speed issues. Standard library
-only. Usage: ratios.py unscale.json [optim.json]"""
+unscale_benchmark and optim_benchmark) against the machine's in-place scale loop and PyTorch's
+own kernels (rows with PyTorch need LibTorch >= 2.4), with the targets of the CPU speed issues;
+python.json (bench/python_overhead.py) adds Python GradScaler's per-iteration overhead.
+Standard library only. Usage: ratios.py unscale.json [optim.json [python.json]]"""
 import json
 import re
 import statistics
@@ -37,10 +38,16 @@ def load(path):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
+    if len(sys.argv) not in (2, 3, 4):
         sys.exit(__doc__)
     context, r = load(sys.argv[1])
+    python = None
     for extra in sys.argv[2:]:
+        with open(extra) as f:
+            if "overhead_us" in f.read():
+                f.seek(0)
+                python = json.load(f)
+                continue
         r.update(load(extra)[1])
     print(f"host: {context.get('num_cpus')} CPUs at {context.get('mhz_per_cpu')} MHz, "
           f"load average {context.get('load_avg')}, mixprec threads "
@@ -48,7 +55,7 @@ def main():
     print()
     print(f"{'benchmark':34} {'time ms':>10} {'GB/s':>8}")
     for name, (t, bps) in sorted(r.items()):  # interleaved runs come in random order
-        print(f"{name.replace('BM_', ''):34} {t:10.2f} {bps / 1e9:8.2f}")
+        print(f"{name.replace('BM_', ''):34} {t:10.4g} {bps / 1e9:8.2f}")
     print()
 
     def bw(name):
@@ -96,6 +103,17 @@ def main():
         rows.append((f"{opt} + GradScaler step traffic vs scale loop's",
                      ratio(bw(f"mixprec_{opt}WithScaler"), 2 * loop if loop else None),
                      "(ceiling)", None))
+    # GradScaler's own time per iteration on seed example 3's model, beyond the optimizer step.
+    ours_us = None
+    if time("tiny_scaler_iteration") is not None and time("tiny_optimizer_step") is not None:
+        ours_us = (time("tiny_scaler_iteration") - time("tiny_optimizer_step")) * 1e3
+        print(f"GradScaler overhead per iteration (Linear(10, 1) + SGD): mixprec {ours_us:.2f} us"
+              + (f", Python torch.amp.GradScaler('cpu') {python['overhead_us']:.2f} us"
+                 f" (torch {python['torch']})" if python else ""))
+        print()
+    rows.append(("GradScaler overhead per iteration: Python / mixprec",
+                 ratio(python["overhead_us"], ours_us) if python else None, ">= 10x",
+                 lambda v: v >= 10))
     rows.append(("AdamW: torch::optim::AdamW + unscale_ / mixprec (time)",
                  ratio(time("TorchAdamWWithUnscale"), time("mixprec_AdamWWithScaler")), ">= 4x",
                  lambda v: v >= 4))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Release benchmarks (unscale-and-check, fused AdamW step) and runs them once (JSON),
-# then prints the ratios of that run.
+# Builds the Release benchmarks (unscale-and-check, GradScaler + fused optimizer steps, per-iteration
+# overhead) and runs them once (JSON), with bench/python_overhead.py where python3-torch >= 2.4 is
+# installed, then prints the ratios of that run.
 # Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
 set -euo pipefail
 
@@ -19,5 +20,9 @@ json="$build/unscale_benchmark.json"
   "$@" >"$json"
 optim_json="$build/optim_benchmark.json"
 "$build/bench/optim_benchmark" --benchmark_format=json "$@" >"$optim_json"
-echo "results: $json $optim_json"
-python3 "$root/bench/ratios.py" "$json" "$optim_json"
+results=("$json" "$optim_json")
+# Python's GradScaler overhead, where python3-torch >= 2.4 is installed (exit 77 otherwise).
+python_json="$build/python_overhead.json"
+if python3 "$root/bench/python_overhead.py" >"$python_json"; then results+=("$python_json"); fi
+echo "results: ${results[*]}"
+python3 "$root/bench/ratios.py" "${results[@]}"
