@@ -19,7 +19,7 @@ def load(path):
         if b.get("error_occurred"):
             print(f"warning: {b['name']} failed: {b.get('error_message')}", file=sys.stderr)
             continue
-        name = re.sub(r"/(real_time|iterations:\d+)", "", b.get("run_name", b["name"]))
+        name = re.sub(r"/(real_time|iterations:\d+|repeats:\d+)", "", b.get("run_name", b["name"]))
         entry = runs.setdefault(name, {"iter": [], "median": None})
         value = (b["real_time"] * scale[b.get("time_unit", "ns")], b.get("bytes_per_second", 0.0))
         if b.get("run_type") == "aggregate":

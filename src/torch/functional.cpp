@@ -171,6 +171,13 @@ std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(torch::optim::Opt
                                                                const at::Tensor& inv_scale,
                                                                const at::Tensor& found_inf,
                                                                bool allow_fp16) {
+  return detail::unscale_grads_(optimizer, inv_scale, found_inf, allow_fp16,
+                                /*own_found_inf=*/false);
+}
+
+std::vector<std::pair<c10::Device, at::Tensor>> detail::unscale_grads_(
+    torch::optim::Optimizer& optimizer, const at::Tensor& inv_scale, const at::Tensor& found_inf,
+    bool allow_fp16, bool own_found_inf) {
   // device -> dtype -> grads, each level in first-seen order.
   using DTypeBuckets = std::vector<std::pair<c10::ScalarType, std::vector<at::Tensor>>>;
   std::vector<std::pair<c10::Device, DTypeBuckets>> buckets;
@@ -201,9 +208,14 @@ std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(torch::optim::Opt
   }
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
   for (auto& [device, dtypes] : buckets) {
-    // Always a copy, even on the master's device (PyTorch's _MultiDeviceReplicator).
-    at::Tensor found = found_inf.to(device, /*non_blocking=*/true, /*copy=*/true);
-    const at::Tensor inv = inv_scale.to(device, /*non_blocking=*/true, /*copy=*/true);
+    // A copy per device (PyTorch's _MultiDeviceReplicator), except that a found_inf the caller
+    // hands over (own_found_inf) serves its own device; inv_scale is only read.
+    at::Tensor found = own_found_inf && device == found_inf.device()
+                           ? found_inf
+                           : found_inf.to(device, /*non_blocking=*/true, /*copy=*/true);
+    const at::Tensor inv = device == inv_scale.device()
+                               ? inv_scale
+                               : inv_scale.to(device, /*non_blocking=*/true, /*copy=*/true);
     for (auto& [dtype, grads] : dtypes) non_finite_check_and_unscale_(grads, found, inv);
     found_inf_per_device.emplace_back(device, std::move(found));
   }

@@ -28,8 +28,11 @@ constexpr const char* kNoScaleHint =
 // over devices, so two devices that both overflowed (found_inf == 2) make the fused step run on
 // inf gradients and subtract 2 from the step counter. mixprec combines found_inf with max, so the
 // value is always 0 or 1, and SupportsAmpScaling optimizers treat any non-zero value as "skip".
+// Nothing writes a recorded found_inf after the inf check (and its reducer), so one from the
+// target device is shared as it is, without a copy.
 at::Tensor combine_found_inf(const FoundInfPerDevice& found, const c10::Device& device) {
   if (found.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  if (found.size() == 1 && found.front().first == device) return found.front().second;
   at::Tensor combined = found.front().second.to(device, /*non_blocking=*/true, /*copy=*/true);
   for (std::size_t i = 1; i < found.size(); ++i) {
     combined = at::maximum(combined, found[i].second.to(device, /*non_blocking=*/true));
@@ -102,7 +105,9 @@ const GradScaler::PerOptimizerState* GradScaler::find_state(
 at::Tensor GradScaler::scale(const at::Tensor& outputs) {
   if (!options_.enabled()) return outputs;
   if (!scale_.defined()) lazy_init_scale_growth_tracker(outputs.device());
-  return outputs * scale_.to(outputs.device(), /*non_blocking=*/true);
+  return outputs * (outputs.device() == scale_.device()
+                        ? scale_
+                        : scale_.to(outputs.device(), /*non_blocking=*/true));
 }
 
 std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
@@ -130,10 +135,18 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   TORCH_CHECK(state.stage != OptState::kUnscaled,
               "unscale_() has already been called on this optimizer since the last update().");
   TORCH_CHECK(state.stage != OptState::kStepped, "unscale_() is being called after step().");
-  // The reciprocal in double, rounded to float: exact for powers of two (spec §2.4).
-  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  // The reciprocal in double, rounded to float: exact for powers of two, as PyTorch's
+  // self._scale.double().reciprocal().float(). A CPU scale is read directly (one tensor instead
+  // of three ops: GradScaler's own cost per iteration, bench/optim_benchmark.cpp's BM_tiny_*).
+  const at::Tensor inv_scale =
+      scale_.is_cpu()
+          ? at::full({}, static_cast<float>(1.0 / static_cast<double>(*scale_.data_ptr<float>())),
+                     scale_.options())
+          : scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   const at::Tensor found_inf = at::zeros({}, scale_.options());
-  record_found_inf(optimizer, state, unscale_grads_(optimizer, inv_scale, found_inf, false));
+  record_found_inf(optimizer, state,
+                   detail::unscale_grads_(optimizer, inv_scale, found_inf, /*allow_fp16=*/false,
+                                          /*own_found_inf=*/true));
   state.stage = OptState::kUnscaled;
 }
 
@@ -158,7 +171,9 @@ at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimiz
     // Record found_inf from the still-scaled grads; the optimizer unscales them itself.
     const at::Tensor one = at::ones({}, scale_.options());
     const at::Tensor zero = at::zeros({}, scale_.options());
-    record_found_inf(optimizer, state, unscale_grads_(optimizer, one, zero, /*allow_fp16=*/true));
+    record_found_inf(optimizer, state,
+                     detail::unscale_grads_(optimizer, one, zero, /*allow_fp16=*/true,
+                                            /*own_found_inf=*/true));
   }
   const at::Tensor found_inf = combine_found_inf(state.found_inf_per_device, scale_.device());
   record_last_step(optimizer, /*skipped_known=*/false, /*skipped=*/false, found_inf);
@@ -198,7 +213,7 @@ at::Tensor GradScaler::step(torch::optim::Optimizer& optimizer) {
   // One host read per device, stopping at the first overflow.
   bool found_inf = false;
   for (const auto& [device, found] : state.found_inf_per_device) {
-    if (found.item<float>() != 0.0f) {
+    if ((found.is_cpu() ? *found.data_ptr<float>() : found.item<float>()) != 0.0f) {
       found_inf = true;
       break;
     }

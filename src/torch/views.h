@@ -5,10 +5,15 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "mixprec/core/scale_policy.h"
 #include "mixprec/core/tensor_view.h"
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace mixprec::detail {
 
@@ -32,6 +37,12 @@ void on_device(const c10::Device& device, const std::function<void(void*)>& laun
 void update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
                          const core::ScalePolicy& policy, at::Tensor* counters,
                          at::Tensor* history);
+
+/// unscale_grads_ (include/mixprec/functional.h); with own_found_inf the caller hands over
+/// found_inf (a fresh tensor nobody else holds), which then serves its own device uncopied.
+std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(
+    torch::optim::Optimizer& optimizer, const at::Tensor& inv_scale, const at::Tensor& found_inf,
+    bool allow_fp16, bool own_found_inf);
 
 /// The elements of a tensor, read to the host (a device sync for CUDA tensors).
 template <typename T>

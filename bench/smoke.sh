@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# CTest bench.smoke: the pieces scripts/bench.sh glues together, on a short run: both benchmark
+# programs write JSON, bench/python_overhead.py runs where python3-torch >= 2.4 is installed, and
+# bench/ratios.py reads them all. Checks that they work, not how fast (scripts/bench.sh measures).
+# Usage: smoke.sh UNSCALE_BENCHMARK OPTIM_BENCHMARK OUT_DIR
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+unscale=$1 optim=$2 out=$3
+mkdir -p "$out"
+"$unscale" --benchmark_filter='scale_loop|mixprec_fp32_64M|pytorch_fp32_64M' \
+  --benchmark_min_time=0.05 --benchmark_format=json >"$out/smoke_unscale.json"
+"$optim" --benchmark_filter='tiny' --benchmark_min_time=0.05 --benchmark_format=json \
+  >"$out/smoke_optim.json"
+results=("$out/smoke_unscale.json" "$out/smoke_optim.json")
+status=0
+python3 "$here/python_overhead.py" >"$out/smoke_python.json" || status=$?
+if [[ $status -eq 0 ]]; then
+  results+=("$out/smoke_python.json")
+elif [[ $status -ne 77 ]]; then
+  echo "bench.smoke: python_overhead.py failed with exit $status" >&2
+  exit 1
+fi
+report=$(python3 "$here/ratios.py" "${results[@]}")
+echo "$report"
+# The rows bench.sh's users read must be there, with numbers.
+for row in "unscale fp32_64M vs scale loop" "GradScaler overhead per iteration"; do
+  if ! grep -q "^$row.*[0-9]x" <<<"$report" && ! grep -q "^$row.*[0-9] us" <<<"$report"; then
+    echo "bench.smoke: no measured row '$row' in ratios.py's report" >&2
+    exit 1
+  fi
+done
