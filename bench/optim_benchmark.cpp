@@ -11,8 +11,11 @@
 #include <mixprec/optim.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "gpt2_shapes.h"
@@ -29,13 +32,13 @@ using mixprec_bench::gpt2_small_shapes;
 enum class Kind { kSgd, kAdam, kAdamW };
 
 // Parameters with gradients holding small random values.
-std::vector<torch::Tensor> make_model(std::int64_t* numel) {
+std::vector<torch::Tensor> make_model(std::int64_t* numel, torch::Dtype dtype = torch::kFloat) {
   torch::manual_seed(0);
   std::vector<torch::Tensor> params;
   *numel = 0;
   for (const auto& shape : gpt2_small_shapes()) {
-    params.push_back(torch::randn(shape) * 0.02);
-    params.back().mutable_grad() = torch::randn(shape) * 1e-3;
+    params.push_back((torch::randn(shape) * 0.02).to(dtype));
+    params.back().mutable_grad() = (torch::randn(shape) * 1e-3).to(dtype);
     *numel += params.back().numel();
   }
   return params;
@@ -48,17 +51,18 @@ void scale_grads(std::vector<torch::Tensor>& params, double scale) {
   for (torch::Tensor& p : params) p.mutable_grad().mul_(scale);
 }
 
-// Bytes one step moves at the least, fp32: a read-only inf check of the grads, then one pass that
-// reads grad and param (and the moments or momentum buffer) and writes them back (the grad
-// included: the step stores the unscaled grad, as PyTorch's kernels do). Every variant is credited
-// the same bytes, so the rates compare with each other and with the scale loop's.
-std::int64_t step_bytes(Kind kind, std::int64_t numel) {
+// Bytes one step moves at the least: a read-only inf check of the grads, then one pass that reads
+// grad and param (and the moments or momentum buffer) and writes them back (the grad included:
+// the step stores the unscaled grad, as PyTorch's kernels do). Every variant is credited the same
+// bytes for its element size, so the rates compare with each other and with the scale loop's.
+std::int64_t step_bytes(Kind kind, std::int64_t numel, std::int64_t element_size) {
   const std::int64_t arrays = kind == Kind::kSgd ? 3 : 4;
-  return numel * 4 * (1 + 2 * arrays);
+  return numel * element_size * (1 + 2 * arrays);
 }
 
-void set_counters(benchmark::State& state, Kind kind, std::int64_t numel) {
-  state.SetBytesProcessed(state.iterations() * step_bytes(kind, numel));
+void set_counters(benchmark::State& state, Kind kind, std::int64_t numel,
+                  std::int64_t element_size = 4) {
+  state.SetBytesProcessed(state.iterations() * step_bytes(kind, numel, element_size));
   state.counters["params_M"] = static_cast<double>(numel) / 1e6;
   state.counters["mixprec_threads"] = mixprec::core::get_num_threads();
   state.counters["torch_threads"] = at::get_num_threads();
@@ -70,7 +74,7 @@ constexpr double kLr = 1e-3, kWeightDecay = 0.01, kMomentum = 0.9;
 template <typename Step>
 void time_steps(benchmark::State& state, std::vector<torch::Tensor>& params,
                 const std::function<double()>& scale, Kind kind, std::int64_t numel,
-                const Step& one_step) {
+                const Step& one_step, std::int64_t element_size = 4) {
   scale_grads(params, scale());
   one_step();  // creates the state outside the timing
   for (auto _ : state) {
@@ -79,20 +83,24 @@ void time_steps(benchmark::State& state, std::vector<torch::Tensor>& params,
     state.ResumeTiming();
     one_step();
   }
-  set_counters(state, kind, numel);
+  set_counters(state, kind, numel, element_size);
 }
 
 template <typename Optimizer, typename Options>
-void run_mixprec(benchmark::State& state, Kind kind, const Options& options) {
+void run_mixprec(benchmark::State& state, Kind kind, const Options& options,
+                 torch::Dtype dtype = torch::kFloat) {
   std::int64_t numel = 0;
-  std::vector<torch::Tensor> params = make_model(&numel);
+  std::vector<torch::Tensor> params = make_model(&numel, dtype);
   Optimizer optimizer(params, options);
   mixprec::GradScaler scaler;
   scaler.scale(torch::ones({}));
-  time_steps(state, params, [&] { return scaler.get_scale(); }, kind, numel, [&] {
-    scaler.step(optimizer);  // inf check of the scaled grads, then one fused pass
-    scaler.update();
-  });
+  time_steps(
+      state, params, [&] { return scaler.get_scale(); }, kind, numel,
+      [&] {
+        scaler.step(optimizer);  // inf check of the scaled grads, then one fused pass
+        scaler.update();
+      },
+      torch::elementSize(dtype));
 }
 
 void BM_mixprec_SgdWithScaler(benchmark::State& state) {
@@ -105,6 +113,12 @@ void BM_mixprec_AdamWithScaler(benchmark::State& state) {
 void BM_mixprec_AdamWWithScaler(benchmark::State& state) {
   run_mixprec<mixprec::optim::AdamW>(state, Kind::kAdamW,
                                      torch::optim::AdamWOptions(kLr).weight_decay(kWeightDecay));
+}
+// bf16 parameters and state (math in float): the same per-byte speed is the aim.
+void BM_mixprec_AdamWWithScaler_bf16(benchmark::State& state) {
+  run_mixprec<mixprec::optim::AdamW>(state, Kind::kAdamW,
+                                     torch::optim::AdamWOptions(kLr).weight_decay(kWeightDecay),
+                                     torch::kBFloat16);
 }
 
 #ifdef MIXPREC_BENCH_PYTORCH_KERNELS
@@ -206,6 +220,7 @@ void BM_tiny_scaler_iteration(benchmark::State& state) {
 MIXPREC_BENCH(BM_mixprec_SgdWithScaler);
 MIXPREC_BENCH(BM_mixprec_AdamWithScaler);
 MIXPREC_BENCH(BM_mixprec_AdamWWithScaler);
+MIXPREC_BENCH(BM_mixprec_AdamWWithScaler_bf16);
 #ifdef MIXPREC_BENCH_PYTORCH_KERNELS
 MIXPREC_BENCH(BM_pytorch_SgdWithScaler);
 MIXPREC_BENCH(BM_pytorch_AdamWithScaler);
@@ -215,4 +230,16 @@ BENCHMARK(BM_tiny_optimizer_step)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_scaler_iteration)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TorchAdamWWithUnscale)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // Both libraries on every hardware thread: LibTorch's own default can be lower (Debian 12's
+  // LibTorch 1.13 picks 1 on this 2-vCPU machine), and mixprec follows the OpenMP setting it left.
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  mixprec::core::set_num_threads(threads);
+  benchmark::AddCustomContext("mixprec_threads", std::to_string(threads));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -114,6 +114,9 @@ def main():
     rows.append(("GradScaler overhead per iteration: Python / mixprec",
                  ratio(python["overhead_us"], ours_us) if python else None, ">= 10x",
                  lambda v: v >= 10))
+    rows.append(("AdamW + GradScaler step, bf16 vs fp32 per byte",
+                 ratio(bw("mixprec_AdamWWithScaler_bf16"), bw("mixprec_AdamWWithScaler")),
+                 ">= 0.9x", lambda v: v >= 0.9))
     rows.append(("AdamW: torch::optim::AdamW + unscale_ / mixprec (time)",
                  ratio(time("TorchAdamWWithUnscale"), time("mixprec_AdamWWithScaler")), ">= 4x",
                  lambda v: v >= 4))

@@ -19,7 +19,8 @@ json="$build/unscale_benchmark.json"
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   "$@" >"$json"
 optim_json="$build/optim_benchmark.json"
-"$build/bench/optim_benchmark" --benchmark_format=json "$@" >"$optim_json"
+"$build/bench/optim_benchmark" --benchmark_format=json --benchmark_enable_random_interleaving=true \
+  "$@" >"$optim_json"
 results=("$json" "$optim_json")
 # Python's GradScaler overhead, where python3-torch >= 2.4 is installed (exit 77 otherwise).
 python_json="$build/python_overhead.json"
