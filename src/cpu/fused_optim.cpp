@@ -27,8 +27,10 @@ constexpr std::int64_t kTaskElements = 32 * 1024;  // one task of a thread, ~0.5
 constexpr std::int64_t kMinElementsPerThread = 128 * 1024;
 
 // Calls body(i, begin, end) over every element of `numels[i]` for all i. Large views are cut
-// into tasks of kTaskElements that OpenMP threads take dynamically (as in src/cpu/unscale.cpp,
-// Note [Chunking across tensors]); each element is computed the same way whichever thread takes
+// into tasks of kTaskElements that OpenMP threads take one at a time (the cost depends on the
+// elements, not on the tensors, as in Note [Chunking across tensors] of src/cpu/unscale.cpp; the
+// static runs used there measured no faster for these steps, whose time varied more between runs
+// than between the two schedules). Each element is computed the same way whichever thread takes
 // it, so results do not depend on the thread count. body must not throw.
 template <typename Body>
 void parallel_over_elements(const std::vector<std::int64_t>& numels, const Body& body) {

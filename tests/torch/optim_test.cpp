@@ -256,6 +256,19 @@ void expect_16bit_step_is_the_rounded_fp32_step(torch::Dtype dtype, const Option
   expect_states(state_before, snapshot(ours, {w}), /*exact=*/true, where + " skipped step");
 }
 
+TEST(OptimAdamTest, RejectsSparseGradientsWithAClearMessage) {
+  Tensor w = torch::ones({4});
+  w.mutable_grad() = torch::ones({4}).to_sparse();
+  mixprec::optim::Adam opt(std::vector<Tensor>{w});
+  try {
+    opt.step();
+    ADD_FAILURE() << "expected an error for a sparse gradient";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not support sparse gradients"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(OptimHalfTest, Float16AndBFloat16StepsAreRoundedFloat32Steps) {
   using namespace torch::optim;
   for (torch::Dtype dtype : {torch::kHalf, torch::kBFloat16}) {
