@@ -51,9 +51,13 @@ using FoundInfPerDevice = std::vector<std::pair<c10::Device, at::Tensor>>;
 /// ```
 ///
 /// The scale (a 0-dim float32 tensor) and the growth tracker (0-dim int32) are created on the
-/// device of the first tensor given to scale(); scale(), unscale_() and update() never wait for
-/// the device. step() reads found_inf to the host once per device, unless the optimizer derives
-/// from mixprec::SupportsAmpScaling, which skips by itself without a sync. Optimizers are told
+/// device of the first tensor given to scale(); with the defaults, scale(), unscale_() and update()
+/// never wait for the device. step() reads found_inf to the host once per device, unless the
+/// optimizer derives from mixprec::SupportsAmpScaling, which skips by itself without a sync.
+/// Options beyond PyTorch can wait: a found_inf reducer runs its collective (and a Gloo one
+/// copies found_inf to the host) in unscale_() or step(); diagnose_overflow(true) reads found_inf
+/// in unscale_() (and step() on the fused path); at_min_scale other than kClamp, or an event
+/// callback, makes update() read the counters. Each is a device sync on CUDA. Optimizers are told
 /// apart by their address. Not thread-safe: use one scaler per training loop.
 class GradScaler {
  public:
@@ -174,6 +178,7 @@ class GradScaler {
     const void* optimizer = nullptr;
     OptState stage = OptState::kReady;
     FoundInfPerDevice found_inf_per_device;
+    bool reduced = true;  // false while the reducer has not gone through (it threw)
   };
 
   struct LastStep {
@@ -189,6 +194,7 @@ class GradScaler {
   void dispatch_events();
   void record_found_inf(torch::optim::Optimizer& optimizer, PerOptimizerState& state,
                         FoundInfPerDevice found);
+  void reduce_found_inf(PerOptimizerState& state);
   void diagnose(torch::optim::Optimizer& optimizer, const FoundInfPerDevice& found);
   void lazy_init_scale_growth_tracker(c10::Device device);
   PerOptimizerState& state_for(const torch::optim::Optimizer& optimizer);

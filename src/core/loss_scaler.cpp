@@ -34,6 +34,7 @@ LossScaler::LossScaler(LossScalerOptions options) : policy_(options.policy) {
   validate_scaler_options("LossScaler", options.init_scale, policy_);
   state_.scale = static_cast<float>(options.init_scale);
   state_.growth_tracker = 0;
+  state_.hysteresis_tracker = policy_.hysteresis;  // full, as GradScaler's init_counters()
 }
 
 bool LossScaler::unscale_(const std::vector<TensorView>& grads) {

@@ -19,7 +19,7 @@ namespace distributed {
 namespace {
 
 // One collective per group, in order: MAX keeps found_inf 0 or 1 (PyTorch's ShardedGradScaler
-// sums instead, which counts ranks; FSDP2/DTensor reduces with MAX, spec §4.3).
+// sums instead, which counts ranks; FSDP2/DTensor reduces with MAX).
 // Templated so LibTorch 2.x's c10d::Backend takes the same path as c10d::ProcessGroup.
 template <typename Group>
 void all_reduce_max_impl(at::Tensor& found_inf, const std::vector<c10::intrusive_ptr<Group>>& groups) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixprec/core/error.h"
 #include "mixprec/core/kernels.h"
 #include "torch/views.h"
 
@@ -55,16 +56,22 @@ core::TensorView to_view(const at::Tensor& t, const char* who) {
 }
 
 void on_device(const c10::Device& device, const std::function<void(void*)>& launch) {
+  // Every kernel call of the LibTorch adapter passes here: the core's errors leave as c10::Error,
+  // the type the README promises, with the core's message.
+  try {
 #ifdef MIXPREC_TORCH_CUDA
-  if (device.is_cuda()) {
-    const c10::cuda::CUDAGuard guard(device);
-    launch(static_cast<void*>(c10::cuda::getCurrentCUDAStream(device.index()).stream()));
-    return;
-  }
+    if (device.is_cuda()) {
+      const c10::cuda::CUDAGuard guard(device);
+      launch(static_cast<void*>(c10::cuda::getCurrentCUDAStream(device.index()).stream()));
+      return;
+    }
 #endif
-  TORCH_CHECK(device.is_cpu(), "mixprec: tensors on ", device,
-              " need a LibTorch and a mixprec built with CUDA (-DMIXPREC_WITH_CUDA=ON)");
-  launch(nullptr);
+    TORCH_CHECK(device.is_cpu(), "mixprec: tensors on ", device,
+                " need a LibTorch and a mixprec built with CUDA (-DMIXPREC_WITH_CUDA=ON)");
+    launch(nullptr);
+  } catch (const core::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
 }
 
 namespace {
@@ -112,6 +119,9 @@ void non_finite_check_and_unscale_(at::TensorList grads, at::Tensor& found_inf,
     core::non_finite_check_and_unscale_(views, found_inf.data_ptr<float>(),
                                         inv_scale.data_ptr<float>(), stream);
   });
+  // In place, as PyTorch's op (which bumps every grad and found_inf, written or not).
+  for (const at::Tensor& g : grads) detail::bump_version(g);
+  detail::bump_version(found_inf);
   if (!copies.empty()) {
     c10::NoGradGuard no_grad;
     for (auto& [original, dense] : copies) original.copy_(dense);
@@ -156,6 +166,10 @@ void detail::update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker,
                         to_core_device(scale.device(), "update_scale_"), stream, counter_ptr,
                         history_ptr, history_rows);
   });
+  bump_version(scale);
+  bump_version(growth_tracker);
+  if (counter_ptr != nullptr) bump_version(*counters);
+  if (history_ptr != nullptr) bump_version(*history);
 }
 
 void update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,

@@ -144,21 +144,33 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
                      scale_.options())
           : scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   const at::Tensor found_inf = at::zeros({}, scale_.options());
-  record_found_inf(optimizer, state,
-                   detail::unscale_grads_(optimizer, inv_scale, found_inf, /*allow_fp16=*/false,
-                                          /*own_found_inf=*/true));
+  FoundInfPerDevice found = detail::unscale_grads_(optimizer, inv_scale, found_inf,
+                                                   /*allow_fp16=*/false, /*own_found_inf=*/true);
+  // The grads are divided from here on, so the stage changes before the reducer runs: if the
+  // collective throws (a timeout), a retry cannot divide them again, and step() and update()
+  // run the reduction again before they decide.
   state.stage = OptState::kUnscaled;
+  record_found_inf(optimizer, state, std::move(found));
 }
 
 void GradScaler::record_found_inf(torch::optim::Optimizer& optimizer, PerOptimizerState& state,
                                   FoundInfPerDevice found) {
+  state.found_inf_per_device = std::move(found);
+  state.reduced = false;
+  reduce_found_inf(state);
+  if (options_.diagnose_overflow()) diagnose(optimizer, state.found_inf_per_device);
+}
+
+// Runs the reducer over the recorded found_inf tensors; again after it threw, which is safe: MAX
+// of values already reduced changes nothing.
+void GradScaler::reduce_found_inf(PerOptimizerState& state) {
   if (found_inf_reducer_) {
     // A rank without grads still takes part in the collective, with a zero.
+    FoundInfPerDevice& found = state.found_inf_per_device;
     if (found.empty()) found.emplace_back(scale_.device(), at::zeros({}, scale_.options()));
     for (auto& [device, f] : found) found_inf_reducer_(f);
   }
-  state.found_inf_per_device = std::move(found);
-  if (options_.diagnose_overflow()) diagnose(optimizer, state.found_inf_per_device);
+  state.reduced = true;
 }
 
 void GradScaler::set_found_inf_reducer(FoundInfReducer reducer) {
@@ -202,6 +214,8 @@ at::Tensor GradScaler::step(torch::optim::Optimizer& optimizer) {
   check_scale_growth_tracker("step");
   TORCH_CHECK(state_for(optimizer).stage != OptState::kStepped,
               "step() has already been called since the last update().");
+  // A reduction that threw after unscale_() is run again before anything is decided.
+  if (!state_for(optimizer).reduced) reduce_found_inf(state_for(optimizer));
   if (dynamic_cast<SupportsAmpScaling*>(&optimizer) != nullptr) {
     return step_fused(optimizer, state_for(optimizer));
   }
@@ -229,7 +243,8 @@ void GradScaler::update() {
   if (!options_.enabled()) return;
   check_scale_growth_tracker("update");
   FoundInfPerDevice all;
-  for (const auto& s : per_optimizer_states_) {
+  for (auto& s : per_optimizer_states_) {
+    if (!s.reduced) reduce_found_inf(s);
     all.insert(all.end(), s.found_inf_per_device.begin(), s.found_inf_per_device.end());
   }
   TORCH_CHECK(!all.empty(), "No inf checks were recorded prior to update.");

@@ -29,7 +29,8 @@ core::TensorView to_view(const at::Tensor& t, const char* who);
 /// Calls `launch(stream)` for kernels on `device`: for CUDA under a device guard with
 /// LibTorch's current stream (a cudaStream_t), so the work is ordered with the user's and
 /// nothing waits for the device; for the CPU with nullptr. Throws for CUDA tensors when mixprec
-/// was built without a CUDA LibTorch.
+/// was built without a CUDA LibTorch. A core::Error from `launch` leaves as a c10::Error with the
+/// same message.
 void on_device(const c10::Device& device, const std::function<void(void*)>& launch);
 
 /// update_scale_ with the full policy and, when defined, the telemetry counters (int64,
@@ -37,6 +38,13 @@ void on_device(const c10::Device& device, const std::function<void(void*)>& laun
 void update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
                          const core::ScalePolicy& policy, at::Tensor* counters,
                          at::Tensor* history);
+
+/// Marks `t` as changed in place, as a LibTorch in-place op does (the kernels write through raw
+/// pointers, which LibTorch cannot see): autograd then refuses a saved tensor that was changed
+/// instead of computing with its new value. Inference tensors have no version to bump.
+inline void bump_version(const at::Tensor& t) {
+  if (t.defined() && !t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+}
 
 /// unscale_grads_ (include/mixprec/functional.h); with own_found_inf the caller hands over
 /// found_inf (a fresh tensor nobody else holds), which then serves its own device uncopied.

@@ -75,6 +75,21 @@ TEST(LossScalerTest, OverflowSkipsAndBacksOffOnceEvenOverSeveralCalls) {
   EXPECT_EQ(s.growth_tracker(), 0);
 }
 
+// The hysteresis tracker starts full, as GradScaler's does: with hysteresis 2 the first overflow
+// is tolerated (skipped, no backoff) and the second backs off.
+TEST(LossScalerTest, HysteresisToleratesTheFirstOverflowsFromTheStart) {
+  LossScalerOptions o = options(4.0, 2, 0.5, 100);
+  o.policy.hysteresis = 2;
+  LossScaler s(o);
+  std::vector<float> bad = {std::numeric_limits<float>::infinity()};
+  EXPECT_FALSE(s.unscale_({{bad.data(), 1}}));
+  s.update();
+  EXPECT_EQ(s.get_scale(), 4.0) << "the first overflow backed off despite hysteresis 2";
+  EXPECT_FALSE(s.unscale_({{bad.data(), 1}}));
+  s.update();
+  EXPECT_EQ(s.get_scale(), 2.0);
+}
+
 TEST(LossScalerTest, UpdateWithoutUnscaleIsAnError) {
   LossScaler s;
   try {

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <limits>
 
+#include "mixprec/core/error.h"
 #include "mixprec/core/half.h"
 #include "mixprec/mixprec.h"
+#include "mixprec/optim.h"
 #include "torch/test_util.h"
+#include "torch/views.h"
 
 namespace mixprec {
 namespace {
@@ -95,6 +99,72 @@ TEST(FunctionalTest, CoreRoundingAgreesWithC10HalfAndBFloat16) {
     ASSERT_EQ(core::float_to_half_bits(f), c10::Half(f).x) << f;
     ASSERT_EQ(core::float_to_bf16_bits(f), c10::BFloat16(f).x) << f;
   }
+}
+
+// The LibTorch boundary: every kernel call of the adapter (functional ops, GradScaler, fused
+// optimizers) reaches the core through detail::on_device, where a core::Error leaves as the
+// c10::Error the README promises, with the core's message.
+TEST(FunctionalTest, CoreErrorsLeaveTheAdapterAsC10Errors) {
+  try {
+    detail::on_device(c10::Device(c10::kCPU),
+                      [](void*) { MIXPREC_CHECK(false, "raised in the core"); });
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("raised in the core"), std::string::npos) << e.what();
+  }
+}
+
+// The kernels write through raw pointers. Like PyTorch's in-place ops they bump the versions of
+// the tensors they take to write, so autograd refuses a saved tensor they changed instead of
+// silently computing with its new value.
+TEST(FunctionalTest, KernelsBumpTheVersionsOfWhatTheyWrite) {
+  torch::Tensor g = torch::ones({4}), found = torch::zeros({}), inv = torch::full({}, 0.5f);
+  const auto g_version = g._version(), found_version = found._version();
+  non_finite_check_and_unscale_({g}, found, inv);
+  EXPECT_GT(g._version(), g_version);
+  EXPECT_GT(found._version(), found_version);
+  torch::Tensor scale = torch::full({}, 4.0f), tracker = torch::zeros({}, torch::kInt);
+  const auto scale_version = scale._version(), tracker_version = tracker._version();
+  update_scale_(scale, tracker, found, 2.0, 0.5, 10);
+  EXPECT_GT(scale._version(), scale_version);
+  EXPECT_GT(tracker._version(), tracker_version);
+}
+
+// y saves w; after w changed in place, backward through y must refuse.
+void expect_backward_refuses_a_changed_parameter(const std::function<void(torch::Tensor&)>& change,
+                                                 const char* name) {
+  torch::Tensor w = torch::ones({3}, torch::requires_grad());
+  torch::Tensor y = (w * w).sum();
+  y.backward({}, /*retain_graph=*/true);
+  change(w);
+  EXPECT_THROW(y.backward(), c10::Error) << name << ": backward used the changed parameter";
+}
+
+template <typename Optimizer, typename Options>
+std::function<void(torch::Tensor&)> step_with(const Options& options) {
+  return [options](torch::Tensor& w) {
+    Optimizer optimizer(std::vector<torch::Tensor>{w}, options);
+    optimizer.step();
+  };
+}
+
+// The control is what Python's torch.optim and PyTorch's fused kernels do: an in-place update
+// under no_grad. (LibTorch's C++ torch::optim::SGD of 1.13 updates p.data(), a view with its own
+// version counter, so it escapes the check; mixprec follows PyTorch's fused kernels.)
+TEST(FunctionalTest, BackwardThroughAGraphThatSavedASteppedParameterThrows) {
+  using namespace torch::optim;
+  expect_backward_refuses_a_changed_parameter(
+      [](torch::Tensor& w) {
+        torch::NoGradGuard no_grad;
+        w.add_(w.grad(), -0.1);
+      },
+      "in-place add_ under no_grad");
+  expect_backward_refuses_a_changed_parameter(step_with<mixprec::optim::SGD>(SGDOptions(0.1)),
+                                              "mixprec::optim::SGD");
+  expect_backward_refuses_a_changed_parameter(step_with<mixprec::optim::Adam>(AdamOptions(0.1)),
+                                              "mixprec::optim::Adam");
+  expect_backward_refuses_a_changed_parameter(step_with<mixprec::optim::AdamW>(AdamWOptions(0.1)),
+                                              "mixprec::optim::AdamW");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,36 @@ struct Loop {
     scaler.update();
   }
 };
+
+// A reducer that throws once (a timed-out collective) after unscale_() divided the grads: a retry
+// neither divides them again nor decides without the reduction, through unscale_() + step() and
+// through step() alone.
+TEST(GradScalerExtensionsTest, AReducerThatThrowsNeverMakesARetryUnscaleTwice) {
+  for (bool explicit_unscale : {true, false}) {
+    torch::Tensor w = torch::zeros({3}, torch::requires_grad());
+    torch::optim::SGD opt({w}, torch::optim::SGDOptions(1.0));
+    GradScaler scaler(GradScalerOptions().init_scale(4.0));
+    int calls = 0;
+    scaler.set_found_inf_reducer([&](at::Tensor&) {
+      if (++calls == 1) throw std::runtime_error("collective timed out");
+    });
+    scaler.scale(torch::ones({1}));
+    w.mutable_grad() = torch::full({3}, 8.0f);
+    if (explicit_unscale) {
+      EXPECT_THROW(scaler.unscale_(opt), std::runtime_error);
+      EXPECT_THROW(scaler.unscale_(opt), c10::Error);  // "already been called": no second division
+    } else {
+      EXPECT_THROW(scaler.step(opt), std::runtime_error);
+    }
+    EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 2.0f))) << "grads divided more than once";
+    scaler.step(opt);  // the retry reduces, then steps
+    EXPECT_EQ(calls, 2);
+    EXPECT_TRUE(torch::equal(w.grad(), torch::full({3}, 2.0f)));
+    EXPECT_TRUE(torch::equal(w.detach(), torch::full({3}, -2.0f)));
+    scaler.update();
+    EXPECT_EQ(calls, 2);
+  }
+}
 
 TEST(GradScalerExtensionsTest, DefaultsKeepPyTorchsStateDict) {
   GradScaler s;

@@ -1,6 +1,7 @@
 // Tests of the fused optimizers mixprec::optim::{SGD, Adam, AdamW}: the same trajectory as
 // torch::optim on the same data, GradScaler's fused path against a control run, PyTorch's
-// test_fused_does_not_step_if_foundinf (spec §5), and torch::save/torch::load round trips.
+// test_fused_does_not_step_if_foundinf (PyTorch's test/test_optim.py), and torch::save/torch::load
+// round trips.
 #include <gtest/gtest.h>
 #include <mixprec/grad_scaler.h>
 #include <mixprec/optim.h>

@@ -1,7 +1,7 @@
 // PyTorch's GradScaler tests of state_dict/pickling and of the fused-optimizer protocol
 // (spec/pytorch-gradscaler.md §6.1, tests 4, 5, 14, 17, 23 and 28), ported to mixprec on the CPU.
 //
-// Not ported (spec §6.1 numbering), and why:
+// Not ported (numbered as in PyTorch's test/test_cuda.py and test_torch.py), and why:
 //  6  test_grad_scaling_autocast, Adam/AdamW variant: see pytorch_scaling_test.cpp (no fp16
 //     autocast on the CPU in LibTorch 1.13; in fp32 there is no failure to assert). Its
 //     return_found_inf run: newest PyTorch only, mixprec's step() has no such flag.

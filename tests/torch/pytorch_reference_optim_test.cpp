@@ -237,7 +237,7 @@ TEST(PyTorchReferenceOptimTest, SgdMatchesFusedSgd) {
       // without momentum.
       std::vector<Tensor> buffers =
           c.momentum != 0 ? zeros_like(theirs) : std::vector<Tensor>{};
-      bool first_step = c.momentum != 0;
+      [[maybe_unused]] bool first_step = c.momentum != 0;  // read by PyTorch's kernel only
       for (int step = 1; step <= kSteps; ++step) {
         const std::vector<Tensor> grads = make_grads(theirs, step);
         const float found = found_inf_at(step);

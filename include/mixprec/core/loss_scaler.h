@@ -14,7 +14,9 @@ namespace mixprec::core {
 struct LossScalerOptions {
   /// The scale before the first update (2^16).
   double init_scale = 65536.0;
-  /// The update rule's constants (growth, backoff, interval, and the options beyond PyTorch).
+  /// The update rule's constants (growth, backoff, interval, and the options beyond PyTorch). The
+  /// hysteresis tracker starts full, as GradScaler's: with hysteresis N the first N - 1
+  /// overflows are skipped without a backoff.
   ScalePolicy policy = {};
 };
 

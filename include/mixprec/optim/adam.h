@@ -13,12 +13,13 @@
 
 namespace mixprec::optim {
 
-/// Adam with LibTorch 1.13's torch::optim::Adam math (L2 weight decay added to the gradient,
-/// amsgrad), options, param groups, state (AdamParamState) and serialization, computed by one
-/// fused kernel per step (CPU or CUDA). As a mixprec::SupportsAmpScaling optimizer,
-/// GradScaler::step() hands it the scale and found_inf: the kernel unscales each gradient
-/// (writing it back), and a non-zero found_inf leaves parameters, gradients, moments and step
-/// counts untouched.
+/// Adam with LibTorch 1.13's torch::optim::Adam formulas (results agree with it to a few ulps, not
+/// bit for bit: LibTorch's addcdiv_ groups the last product and quotient differently; L2 weight
+/// decay added to the gradient, amsgrad), options, param groups, state (AdamParamState) and
+/// serialization, computed by one fused kernel per step (CPU or CUDA). As a
+/// mixprec::SupportsAmpScaling optimizer, GradScaler::step() hands it the scale and found_inf: the
+/// kernel unscales each gradient (writing it back), and a non-zero found_inf leaves parameters,
+/// gradients, moments and step counts untouched.
 ///
 /// **Example**
 /// ```cpp

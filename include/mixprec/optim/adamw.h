@@ -13,11 +13,13 @@
 
 namespace mixprec::optim {
 
-/// AdamW with LibTorch 1.13's torch::optim::AdamW math (decoupled weight decay, amsgrad),
-/// options, param groups, state (AdamWParamState) and serialization, computed by one fused
-/// kernel per step (CPU or CUDA). As a mixprec::SupportsAmpScaling optimizer, GradScaler::step()
-/// hands it the scale and found_inf: the kernel unscales each gradient (writing it back), and a
-/// non-zero found_inf leaves parameters, gradients, moments and step counts untouched.
+/// AdamW with LibTorch 1.13's torch::optim::AdamW formulas (results agree with it to a few ulps,
+/// not bit for bit: LibTorch's addcdiv_ groups the last product and quotient differently; decoupled
+/// weight decay, amsgrad), options, param groups, state (AdamWParamState) and serialization,
+/// computed by one fused kernel per step (CPU or CUDA). As a mixprec::SupportsAmpScaling optimizer,
+/// GradScaler::step() hands it the scale and found_inf: the kernel unscales each gradient (writing
+/// it back), and a non-zero found_inf leaves parameters, gradients, moments and step counts
+/// untouched.
 ///
 /// **Example**
 /// ```cpp

@@ -96,6 +96,7 @@ void fused_adam_step(torch::optim::Optimizer& optimizer, const SupportsAmpScalin
         return core::fused_adam_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(device),
                                  scalars.found_inf(device), stream);
       });
+      views.bump_versions();
       // CUDA: the device decided, and a skipped step wrote nothing, so copying back is exact.
       if (cuda) {
         views.write_back();

@@ -177,6 +177,7 @@ class ElementwiseViews {
     std::vector<core::TensorView> views;
     views.reserve(tensors.size());
     for (const at::Tensor& t : tensors) {
+      written_.push_back(t);
       if (same_layout || t.is_contiguous()) {
         views.push_back(mixprec::detail::to_view(t, who));
       } else {
@@ -194,8 +195,15 @@ class ElementwiseViews {
     staged_.clear();
   }
 
+  /// Bumps the version of every tensor given to add(), as PyTorch's in-place fused kernels do
+  /// (whether or not found_inf skipped the step). Call once the kernel was called.
+  void bump_versions() const {
+    for (const at::Tensor& t : written_) mixprec::detail::bump_version(t);
+  }
+
  private:
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
+  std::vector<at::Tensor> written_;
 };
 
 /// The key LibTorch files a parameter's state under in Optimizer::state(): its TensorImpl's
@@ -223,11 +231,13 @@ inline at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closur
 template <typename Kernel>
 bool call_kernel(const char* who, const c10::Device& device, const Kernel& kernel) {
   bool result = false;
-  try {
-    mixprec::detail::on_device(device, [&](void* stream) { result = kernel(stream); });
-  } catch (const core::Error& e) {
-    TORCH_CHECK(false, who, ": ", e.what());
-  }
+  mixprec::detail::on_device(device, [&](void* stream) {
+    try {
+      result = kernel(stream);
+    } catch (const core::Error& e) {
+      TORCH_CHECK(false, who, ": ", e.what());
+    }
+  });
   return result;
 }
 

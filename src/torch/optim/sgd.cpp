@@ -94,6 +94,7 @@ at::Tensor SGD::step(LossClosure closure) {
         return core::fused_sgd_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(device),
                                 scalars.found_inf(device), stream);
       });
+      views.bump_versions();
       // CUDA: the device decided, and a skipped step wrote nothing, so copying back is exact.
       if (cuda) {
         views.write_back();
