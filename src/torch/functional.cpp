@@ -128,6 +128,15 @@ void non_finite_check_and_unscale_(at::TensorList grads, at::Tensor& found_inf,
   }
 }
 
+// Note [Copies between devices wait when they land on the CPU]
+// GradScaler moves its scalars between the scale's device and the grads' (an embedding kept on
+// the CPU while the scale is on CUDA, or the reverse). Towards CUDA a non-blocking copy is safe:
+// it is queued on the stream before the kernels that read it. Towards the CPU it is not: the CPU
+// kernels run at once, so one could read an inv_scale that has not arrived, and a found_inf = 1
+// written by the CPU kernel could be overwritten by the late copy of the 0 it started from, and
+// the step then applies inf. So every device copy of the adapter goes through
+// detail::to_device(), which blocks exactly when the destination is the CPU.
+
 void detail::update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker,
                                  const at::Tensor& found_inf, const core::ScalePolicy& policy,
                                  at::Tensor* counters, at::Tensor* history) {
@@ -226,10 +235,10 @@ std::vector<std::pair<c10::Device, at::Tensor>> detail::unscale_grads_(
     // hands over (own_found_inf) serves its own device; inv_scale is only read.
     at::Tensor found = own_found_inf && device == found_inf.device()
                            ? found_inf
-                           : found_inf.to(device, /*non_blocking=*/true, /*copy=*/true);
+                           : detail::to_device(found_inf, device, /*copy=*/true);
     const at::Tensor inv = device == inv_scale.device()
                                ? inv_scale
-                               : inv_scale.to(device, /*non_blocking=*/true, /*copy=*/true);
+                               : detail::to_device(inv_scale, device, /*copy=*/true);
     for (auto& [dtype, grads] : dtypes) non_finite_check_and_unscale_(grads, found, inv);
     found_inf_per_device.emplace_back(device, std::move(found));
   }

@@ -33,9 +33,9 @@ constexpr const char* kNoScaleHint =
 at::Tensor combine_found_inf(const FoundInfPerDevice& found, const c10::Device& device) {
   if (found.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
   if (found.size() == 1 && found.front().first == device) return found.front().second;
-  at::Tensor combined = found.front().second.to(device, /*non_blocking=*/true, /*copy=*/true);
+  at::Tensor combined = detail::to_device(found.front().second, device, /*copy=*/true);
   for (std::size_t i = 1; i < found.size(); ++i) {
-    combined = at::maximum(combined, found[i].second.to(device, /*non_blocking=*/true));
+    combined = at::maximum(combined, detail::to_device(found[i].second, device));
   }
   return combined;
 }
@@ -80,10 +80,9 @@ void GradScaler::lazy_init_scale_growth_tracker(c10::Device device) {
                              at::TensorOptions().dtype(at::kInt).device(device));
   // Uploads that do not wait for the device (the host copies are staged at once), so the first
   // iteration has no host synchronisation either.
-  counters_ = at::tensor(init_counters_, at::kLong).to(device, /*non_blocking=*/true);
-  history_ = at::tensor(init_history_, at::kDouble)
-                 .reshape({options_.history_size(), 3})
-                 .to(device, /*non_blocking=*/true);
+  counters_ = detail::to_device(at::tensor(init_counters_, at::kLong), device);
+  history_ = detail::to_device(
+      at::tensor(init_history_, at::kDouble).reshape({options_.history_size(), 3}), device);
 }
 
 GradScaler::PerOptimizerState& GradScaler::state_for(const torch::optim::Optimizer& optimizer) {
@@ -107,7 +106,7 @@ at::Tensor GradScaler::scale(const at::Tensor& outputs) {
   if (!scale_.defined()) lazy_init_scale_growth_tracker(outputs.device());
   return outputs * (outputs.device() == scale_.device()
                         ? scale_
-                        : scale_.to(outputs.device(), /*non_blocking=*/true));
+                        : detail::to_device(scale_, outputs.device()));
 }
 
 std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
@@ -121,7 +120,7 @@ std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs
                            [&](const auto& p) { return p.first == out.device(); });
     if (it == per_device.end()) {
       it = per_device.insert(per_device.end(),
-                             {out.device(), scale_.to(out.device(), /*non_blocking=*/true)});
+                             {out.device(), detail::to_device(scale_, out.device())});
     }
     scaled.push_back(out * it->second);
   }
@@ -193,7 +192,8 @@ at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimiz
   if (state.stage == OptState::kUnscaled) {
     amp.grad_scale = preset;  // grads are already unscaled; keep only a user's own scale
   } else {
-    amp.grad_scale = preset.defined() ? scale_ * preset.to(scale_.device()) : scale_;
+    amp.grad_scale =
+        preset.defined() ? scale_ * detail::to_device(preset, scale_.device()) : scale_;
   }
   amp.found_inf = found_inf;
   // The attributes do not outlive the step, also when step() throws (as PyTorch deletes them).

@@ -39,6 +39,15 @@ void update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker, const at
                          const core::ScalePolicy& policy, at::Tensor* counters,
                          at::Tensor* history);
 
+/// `t` on `device` (a copy when `copy` or when the device differs). Non-blocking only towards a
+/// CUDA device, where the copy is ordered on the stream with the kernels that read it: a
+/// non-blocking copy from CUDA to the CPU lands later, so the CPU kernels would read a stale
+/// value, or their result be overwritten by the late copy (Note [Copies between devices wait
+/// when they land on the CPU] in src/torch/functional.cpp).
+inline at::Tensor to_device(const at::Tensor& t, const c10::Device& device, bool copy = false) {
+  return t.to(device, /*non_blocking=*/device.is_cuda(), copy);
+}
+
 /// Marks `t` as changed in place, as a LibTorch in-place op does (the kernels write through raw
 /// pointers, which LibTorch cannot see): autograd then refuses a saved tensor that was changed
 /// instead of computing with its new value. Inference tensors have no version to bump.

@@ -3,7 +3,8 @@
 //  (b) a whole fused iteration under SyncDebugMode::L_ERROR makes no host sync, and an injected
 //      inf really skips (parameters and moments unchanged, scale halved);
 //  (c) the iteration captured in a CUDA graph and replayed equals the same iterations run eagerly;
-//  (d) two GPUs: an inf on cuda:1 only skips the step on both, with one found_inf per device.
+//  (d) two GPUs: an inf on cuda:1 only skips the step on both, with one found_inf per device;
+//  (e) grads on the CPU and on CUDA, the scale on either: an overflow on either side skips.
 // Every test is skipped (GTEST_SKIP), never failed, without a CUDA device; (d) needs two.
 // Expected values come from an independent computation (ATen on the CPU, an eager run, or the
 // documented rule), never from the code under test itself.
@@ -300,6 +301,46 @@ TEST(GpuGradScaler, CapturedIterationReplaysLikeEagerIterations) {
         << max_abs_diff(clones(net->parameters()), clones(eager_net->parameters()));
     const auto m = moments(*opt, net->parameters()), em = moments(*eager_opt, eager_net->parameters());
     EXPECT_TRUE(all_close(m, em, 1e-5, 1e-7)) << "max |moments| diff = " << max_abs_diff(m, em);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e) grads on two kinds of device (an embedding kept on the CPU): the copies of found_inf and
+// inv_scale that land on the CPU must wait (Note [Copies between devices wait when they land on
+// the CPU] in src/torch/functional.cpp); with non-blocking ones the CPU kernel could read a stale
+// inv_scale and its found_inf = 1 be overwritten by the late copy of 0, and the step apply inf.
+
+TEST(GpuGradScaler, GradsOnTheCpuAndOnCudaAgreeOnEveryOverflow) {
+  SKIP_WITHOUT_CUDA();
+  const torch::Device cpu(torch::kCPU);
+  constexpr std::int64_t kN = std::int64_t{1} << 22;  // large: the CPU kernel takes a while
+  for (const torch::Device scale_device : {kCuda, cpu}) {
+    for (const torch::Device inf_device : {kCuda, cpu}) {
+      const std::string where = std::string("scale on ") + scale_device.str() + ", inf on " +
+                                inf_device.str();
+      Tensor on_cpu = torch::zeros({kN}, torch::requires_grad());
+      Tensor on_cuda = torch::zeros({kN}, torch::TensorOptions().device(kCuda).requires_grad(true));
+      torch::optim::SGD opt({on_cpu, on_cuda}, torch::optim::SGDOptions(1.0));
+      mixprec::GradScaler scaler(mixprec::GradScalerOptions().init_scale(4.0));
+      scaler.scale(torch::ones({}, torch::TensorOptions().device(scale_device)));
+      // A clean step: grads 4 / scale 4 = 1, so both parameters become -1.
+      on_cpu.mutable_grad() = torch::full_like(on_cpu, 4.0);
+      on_cuda.mutable_grad() = torch::full_like(on_cuda, 4.0);
+      scaler.step(opt);
+      scaler.update();
+      EXPECT_TRUE(torch::equal(on_cpu.detach(), torch::full({kN}, -1.0))) << where;
+      EXPECT_TRUE(torch::equal(on_cuda.detach().cpu(), torch::full({kN}, -1.0))) << where;
+      // An overflow in the last element on one side: nothing moves, the scale halves.
+      on_cpu.mutable_grad() = torch::full_like(on_cpu, 4.0);
+      on_cuda.mutable_grad() = torch::full_like(on_cuda, 4.0);
+      Tensor& bad = inf_device.is_cuda() ? on_cuda : on_cpu;
+      bad.mutable_grad()[kN - 1] = std::numeric_limits<float>::infinity();
+      scaler.step(opt);
+      scaler.update();
+      EXPECT_TRUE(torch::equal(on_cpu.detach(), torch::full({kN}, -1.0))) << where;
+      EXPECT_TRUE(torch::equal(on_cuda.detach().cpu(), torch::full({kN}, -1.0))) << where;
+      EXPECT_EQ(scaler.get_scale(), 2.0) << where;
+    }
   }
 }
 
