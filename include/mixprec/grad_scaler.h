@@ -90,6 +90,11 @@ class GradScaler {
   /// Unscales (if unscale_ was not called) and runs optimizer.step() unless a gradient held
   /// inf/NaN. Returns step()'s result, or an undefined tensor when the step was skipped.
   at::Tensor step(torch::optim::Optimizer& optimizer);
+  /// As Python's scaler.step(optimizer, closure=closure): a disabled scaler returns
+  /// optimizer.step(closure); an enabled one throws "Closure use is not currently supported if
+  /// GradScaler is enabled." (a closure re-runs backward, which the scale does not reach).
+  at::Tensor step(torch::optim::Optimizer& optimizer,
+                  const torch::optim::Optimizer::LossClosure& closure);
 
   /// Backs the scale off if any step of this iteration saw inf/NaN, else counts a clean step and
   /// grows the scale every growth_interval clean steps. Resets every optimizer to kReady.
@@ -173,6 +178,12 @@ class GradScaler {
   /// non-finite or non-positive scale, a negative tracker or an unknown format (naming the key).
   void load_state_dict(const c10::impl::GenericDict& state_dict);
 
+  /// The state_dict() entries, one archive key each, in a LibTorch archive: `torch::save(scaler,
+  /// path)` and `torch::load(scaler, path)` work as for modules and optimizers (through the
+  /// operator<< and operator>> below). load() checks as load_state_dict() does.
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
+
  private:
   struct PerOptimizerState {
     const void* optimizer = nullptr;
@@ -228,5 +239,11 @@ class GradScaler {
 /// `GradScaler(scale=65536, growth_factor=2, backoff_factor=0.5, growth_interval=2000, enabled=true)`.
 /// Reads the scale (a device sync on CUDA).
 std::ostream& operator<<(std::ostream& out, const GradScaler& scaler);
+
+/// What torch::save(scaler, ...) and torch::load(scaler, ...) call (GradScaler::save / load).
+torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
+                                            const GradScaler& scaler);
+torch::serialize::InputArchive& operator>>(torch::serialize::InputArchive& archive,
+                                           GradScaler& scaler);
 
 }  // namespace mixprec

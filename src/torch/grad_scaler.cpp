@@ -239,6 +239,14 @@ at::Tensor GradScaler::step(torch::optim::Optimizer& optimizer) {
   return result;
 }
 
+at::Tensor GradScaler::step(torch::optim::Optimizer& optimizer,
+                             const torch::optim::Optimizer::LossClosure& closure) {
+  if (!options_.enabled()) return optimizer.step(closure);
+  TORCH_CHECK(closure == nullptr,
+              "Closure use is not currently supported if GradScaler is enabled.");
+  return step(optimizer);
+}
+
 void GradScaler::update() {
   if (!options_.enabled()) return;
   check_scale_growth_tracker("update");

@@ -1,6 +1,8 @@
 // GradScaler checkpoints and printing: PyTorch's five state_dict keys, mixprec's versioned extra
 // state when options beyond PyTorch are in use, and refusal of malformed dicts without changes.
 #include <ATen/ATen.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include <cmath>
 #include <string>
@@ -178,6 +180,32 @@ std::ostream& operator<<(std::ostream& out, const GradScaler& scaler) {
              << ", backoff_factor=" << scaler.get_backoff_factor()
              << ", growth_interval=" << scaler.get_growth_interval()
              << ", enabled=" << (scaler.is_enabled() ? "true" : "false") << ")";
+}
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  for (const auto& entry : state_dict()) archive.write(entry.key().toStringRef(), entry.value());
+}
+
+void GradScaler::load(torch::serialize::InputArchive& archive) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  for (const std::string& key : archive.keys()) {
+    c10::IValue value;
+    archive.read(key, value);
+    dict.insert(key, std::move(value));
+  }
+  load_state_dict(dict);
+}
+
+torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
+                                            const GradScaler& scaler) {
+  scaler.save(archive);
+  return archive;
+}
+
+torch::serialize::InputArchive& operator>>(torch::serialize::InputArchive& archive,
+                                           GradScaler& scaler) {
+  scaler.load(archive);
+  return archive;
 }
 
 }  // namespace mixprec

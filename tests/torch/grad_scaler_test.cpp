@@ -328,5 +328,31 @@ TEST(GradScalerTest, StepsAfterZeroGradOfEitherLibTorch) {
   EXPECT_EQ(scaler.get_growth_tracker(), 1);
 }
 
+// scaler.step(optimizer, closure): a disabled scaler forwards the closure to the optimizer and
+// returns its loss, as Python's; an enabled one refuses it with Python's message.
+TEST(GradScalerTest, AClosureGoesToTheOptimizerOnlyWhenDisabled) {
+  torch::Tensor w = torch::ones({2}, torch::requires_grad());
+  torch::optim::SGD opt({w}, torch::optim::SGDOptions(0.1));
+  int calls = 0;
+  const auto closure = [&] {
+    ++calls;
+    opt.zero_grad();
+    torch::Tensor loss = (w * w).sum();
+    loss.backward();
+    return loss;
+  };
+  GradScaler disabled(GradScalerOptions().enabled(false));
+  const torch::Tensor loss = disabled.step(opt, closure);
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(loss.defined());
+  EXPECT_EQ(loss.item<float>(), 2.0f);
+  EXPECT_TRUE(torch::allclose(w.detach(), torch::full({2}, 0.8f)));  // w - 0.1 * 2w
+  GradScaler enabled;
+  enabled.scale(torch::ones({}));
+  EXPECT_THROW_WITH(enabled.step(opt, closure),
+                    "Closure use is not currently supported if GradScaler is enabled.");
+  EXPECT_EQ(calls, 1);
+}
+
 }  // namespace
 }  // namespace mixprec

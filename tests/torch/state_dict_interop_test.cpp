@@ -10,6 +10,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -247,6 +248,38 @@ TEST(StateDictInteropTest, CppFixturesAreWrittenByteForByte) {
         << ". If the change is intended, regenerate and re-verify with Python "
            "(tests/fixtures/README.md).";
   }
+}
+
+// torch::save(scaler, ...) / torch::load(scaler, ...) through LibTorch's archives, beside the
+// pickle path: the same state, extensions included, and load's checks are load_state_dict's.
+TEST(StateDictInteropTest, TorchSaveAndLoadOfAScalerRoundTrip) {
+  GradScaler saved(GradScalerOptions().init_scale(1024.0).growth_interval(3).hysteresis(2));
+  saved.scale(torch::ones({}));
+  for (int i = 0; i < 2; ++i) {  // two clean steps: the growth tracker moves
+    torch::Tensor w = torch::zeros({1}, torch::requires_grad());
+    torch::optim::SGD opt({w}, torch::optim::SGDOptions(1.0));
+    w.mutable_grad() = torch::ones({1});
+    saved.step(opt);
+    saved.update();
+  }
+  std::stringstream buffer;
+  torch::save(saved, buffer);
+  GradScaler loaded;
+  torch::load(loaded, buffer);
+  EXPECT_EQ(loaded.get_scale(), 1024.0);
+  EXPECT_EQ(loaded.get_growth_interval(), 3);
+  EXPECT_EQ(loaded.get_growth_tracker(), 2);
+  const c10::impl::GenericDict a = saved.state_dict(), b = loaded.state_dict();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& entry : a) {
+    ASSERT_TRUE(b.contains(entry.key())) << entry.key().toStringRef();
+    EXPECT_EQ(b.at(entry.key()), entry.value()) << entry.key().toStringRef();
+  }
+  // A disabled scaler saves nothing, and an enabled one refuses that, as load_state_dict does.
+  std::stringstream empty;
+  torch::save(GradScaler(GradScalerOptions().enabled(false)), empty);
+  GradScaler enabled;
+  EXPECT_THROW_WITH(torch::load(enabled, empty), "The source state dict is empty");
 }
 
 }  // namespace
