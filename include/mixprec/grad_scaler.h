@@ -142,8 +142,10 @@ class GradScaler {
 
   /// Whether the last step() on `optimizer` applied the update (false: skipped on inf/NaN). Known
   /// without a device sync on the regular path; for a SupportsAmpScaling optimizer it reads
-  /// found_inf (a sync on CUDA). Survives update(); false if step() was never called (true for
-  /// a disabled scaler, which never skips).
+  /// found_inf (a sync on CUDA). Survives the update() that ends its iteration, not one that
+  /// ends an iteration without a step() of `optimizer`; false if step() was never called (or
+  /// not since then; true for a disabled scaler, which never skips). A new optimizer at a dead
+  /// one's address over other parameters is not taken for it.
   bool last_step_applied(const torch::optim::Optimizer& optimizer) const;
   /// The found_inf (0 or 1, float32) the last step() on `optimizer` decided with, on the scale's
   /// device, without a sync (undefined if step() was never called).
@@ -192,12 +194,20 @@ class GradScaler {
     bool reduced = true;  // false while the reducer has not gone through (it threw)
   };
 
+  // Note [Last steps are bounded and fingerprinted]
+  // The outcome of each optimizer's last step() survives update() (an LR scheduler reads it
+  // after). update() keeps only the optimizers stepped in the iteration it ends, so entries of
+  // optimizers that are gone do not pile up and keep their found_inf tensors alive. An entry is
+  // found by the optimizer's address *and* its parameters (their TensorImpls), so a new optimizer
+  // that reuses a dead one's address over other parameters is not taken for it.
   struct LastStep {
     const void* optimizer = nullptr;
+    std::vector<const void*> params;  // the fingerprint
     bool skipped_known = false;  // regular path: decided on the host
     bool skipped = false;
     at::Tensor found_inf;
   };
+  const LastStep* find_last_step(const torch::optim::Optimizer& optimizer) const;
 
   std::pair<at::Tensor, at::Tensor> check_scale_growth_tracker(const char* funcname) const;
   void record_last_step(const torch::optim::Optimizer& optimizer, bool skipped_known,

@@ -78,11 +78,24 @@ void GradScaler::lazy_init_scale_growth_tracker(c10::Device device) {
   scale_ = at::full({}, init_scale_, at::TensorOptions().dtype(at::kFloat).device(device));
   growth_tracker_ = at::full({}, init_growth_tracker_,
                              at::TensorOptions().dtype(at::kInt).device(device));
-  // Uploads that do not wait for the device (the host copies are staged at once), so the first
-  // iteration has no host synchronisation either.
-  counters_ = detail::to_device(at::tensor(init_counters_, at::kLong), device);
-  history_ = detail::to_device(
-      at::tensor(init_history_, at::kDouble).reshape({options_.history_size(), 3}), device);
+  // Made on the device by fills whose values travel as kernel arguments, with no copy from host
+  // memory, as PyTorch makes its state: a first scale() can then run inside CUDA graph capture,
+  // and it never waits for the device.
+  const auto on_device = at::TensorOptions().device(device);
+  counters_ = at::zeros({core::kNumCounters}, on_device.dtype(at::kLong));
+  for (std::int64_t i = 0; i < core::kNumCounters; ++i) {
+    if (init_counters_[static_cast<std::size_t>(i)] != 0) {
+      counters_[i].fill_(init_counters_[static_cast<std::size_t>(i)]);
+    }
+  }
+  const bool history_empty = std::all_of(init_history_.begin(), init_history_.end(),
+                                         [](double v) { return v == 0.0; });
+  history_ = history_empty
+                 ? at::zeros({options_.history_size(), 3}, on_device.dtype(at::kDouble))
+                 // A history loaded from a checkpoint before the first scale(): one upload.
+                 : detail::to_device(at::tensor(init_history_, at::kDouble)
+                                         .reshape({options_.history_size(), 3}),
+                                     device);
 }
 
 GradScaler::PerOptimizerState& GradScaler::state_for(const torch::optim::Optimizer& optimizer) {
@@ -261,6 +274,17 @@ void GradScaler::update() {
                                    : combine_found_inf(all, scale_.device());
   detail::update_scale_state_(scale_, growth_tracker_, found_inf, options_.policy(), &counters_,
                               &history_);
+  // Note [Last steps are bounded and fingerprinted] (grad_scaler.h)
+  last_steps_.erase(std::remove_if(last_steps_.begin(), last_steps_.end(),
+                                   [&](const LastStep& s) {
+                                     return std::none_of(
+                                         per_optimizer_states_.begin(),
+                                         per_optimizer_states_.end(),
+                                         [&](const PerOptimizerState& p) {
+                                           return p.optimizer == s.optimizer;
+                                         });
+                                   }),
+                    last_steps_.end());
   per_optimizer_states_.clear();
   if (!event_callbacks_.empty() || options_.at_min_scale() != AtMinScale::kClamp) {
     dispatch_events();

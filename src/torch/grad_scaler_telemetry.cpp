@@ -11,31 +11,50 @@
 
 namespace mixprec {
 
+namespace {
+
+// The parameters' TensorImpls, in order: Note [Last steps are bounded and fingerprinted].
+std::vector<const void*> fingerprint(const torch::optim::Optimizer& optimizer) {
+  std::vector<const void*> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p.unsafeGetTensorImpl());
+  }
+  return params;
+}
+
+}  // namespace
+
 void GradScaler::record_last_step(const torch::optim::Optimizer& optimizer, bool skipped_known,
                                   bool skipped, at::Tensor found_inf) {
+  LastStep step{&optimizer, fingerprint(optimizer), skipped_known, skipped, std::move(found_inf)};
   for (auto& s : last_steps_) {
     if (s.optimizer == &optimizer) {
-      s = LastStep{&optimizer, skipped_known, skipped, std::move(found_inf)};
+      s = std::move(step);
       return;
     }
   }
-  last_steps_.push_back(LastStep{&optimizer, skipped_known, skipped, std::move(found_inf)});
+  last_steps_.push_back(std::move(step));
+}
+
+const GradScaler::LastStep* GradScaler::find_last_step(
+    const torch::optim::Optimizer& optimizer) const {
+  for (const auto& s : last_steps_) {
+    if (s.optimizer == &optimizer) return s.params == fingerprint(optimizer) ? &s : nullptr;
+  }
+  return nullptr;
 }
 
 bool GradScaler::last_step_applied(const torch::optim::Optimizer& optimizer) const {
-  for (const auto& s : last_steps_) {
-    if (s.optimizer != &optimizer) continue;
-    if (s.skipped_known) return !s.skipped;
-    return s.found_inf.item<float>() == 0.0f;  // fused path: decided on the device
+  if (const LastStep* s = find_last_step(optimizer)) {
+    if (s->skipped_known) return !s->skipped;
+    return s->found_inf.item<float>() == 0.0f;  // fused path: decided on the device
   }
   return !options_.enabled();  // a disabled scaler never skips
 }
 
 at::Tensor GradScaler::last_step_found_inf(const torch::optim::Optimizer& optimizer) const {
-  for (const auto& s : last_steps_) {
-    if (s.optimizer == &optimizer) return s.found_inf;
-  }
-  return at::Tensor();
+  const LastStep* s = find_last_step(optimizer);
+  return s == nullptr ? at::Tensor() : s->found_inf;
 }
 
 ScalerTelemetry GradScaler::telemetry() const {

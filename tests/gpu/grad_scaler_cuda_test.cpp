@@ -245,6 +245,29 @@ void warm_up(torch::nn::Sequential& net, torch::optim::Optimizer& opt, mixprec::
   done.block(at::cuda::getCurrentCUDAStream());
 }
 
+// The first scale() creates the scaler's state on the device with fills, no copy from host
+// memory, so it can run inside capture (as PyTorch's device-side fills); hysteresis 2 makes a
+// counter non-zero from the start.
+TEST(GpuGradScaler, AFirstScaleCanBeCapturedInACudaGraph) {
+  SKIP_WITHOUT_CUDA();
+  mixprec::GradScaler scaler(mixprec::GradScalerOptions().hysteresis(2).history_size(4));
+  const Tensor loss = torch::full({}, 3.0f, torch::TensorOptions().device(kCuda));
+  at::cuda::CUDAGraph graph;
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  Tensor scaled;
+  {
+    const c10::cuda::CUDAStreamGuard guard(side);
+    graph.capture_begin();
+    scaled = scaler.scale(loss);
+    graph.capture_end();
+  }
+  graph.replay();
+  torch::cuda::synchronize();
+  EXPECT_EQ(scaled.item<float>(), 3.0f * 65536.0f);
+  EXPECT_EQ(scaler.telemetry().hysteresis_tracker, 2);
+  EXPECT_EQ(scaler.telemetry().last_overflow_iteration, -1);
+}
+
 TEST(GpuGradScaler, CapturedIterationReplaysLikeEagerIterations) {
   SKIP_WITHOUT_CUDA();
   const Batches warm = make_batches(3, {}, 21).to(kCuda);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -58,6 +59,38 @@ TEST(GradScalerExtensionsTest, AReducerThatThrowsNeverMakesARetryUnscaleTwice) {
     scaler.update();
     EXPECT_EQ(calls, 2);
   }
+}
+
+// Note [Last steps are bounded and fingerprinted]: the outcome of a gone optimizer's last step
+// is dropped at the next update() (its found_inf no longer kept alive), and a new optimizer that
+// reuses its address over other parameters is not taken for it.
+TEST(GradScalerExtensionsTest, LastStepsOfGoneOptimizersAreDroppedAndNeverInherited) {
+  using torch::optim::SGD;
+  using torch::optim::SGDOptions;
+  GradScaler scaler;
+  scaler.scale(torch::ones({1}));
+  alignas(SGD) unsigned char storage[sizeof(SGD)];
+  torch::Tensor p = torch::zeros({2}, torch::requires_grad());
+  SGD* old = new (storage) SGD(std::vector<torch::Tensor>{p}, SGDOptions(1.0));
+  p.mutable_grad() = torch::ones({2});
+  scaler.step(*old);
+  scaler.update();
+  ASSERT_TRUE(scaler.last_step_applied(*old));
+  const c10::weak_intrusive_ptr<c10::TensorImpl> old_found(
+      scaler.last_step_found_inf(*old).getIntrusivePtr());
+  old->~SGD();
+  torch::Tensor q = torch::zeros({2}, torch::requires_grad());
+  SGD* reused = new (storage) SGD(std::vector<torch::Tensor>{q}, SGDOptions(1.0));
+  EXPECT_FALSE(scaler.last_step_applied(*reused)) << "inherited the dead optimizer's outcome";
+  EXPECT_FALSE(scaler.last_step_found_inf(*reused).defined());
+  // An iteration without the gone optimizer drops its entry and its found_inf tensor.
+  torch::Tensor r = torch::zeros({2}, torch::requires_grad());
+  SGD other(std::vector<torch::Tensor>{r}, SGDOptions(1.0));
+  r.mutable_grad() = torch::ones({2});
+  scaler.step(other);
+  scaler.update();
+  EXPECT_TRUE(old_found.expired()) << "the scaler still holds a gone optimizer's found_inf";
+  reused->~SGD();
 }
 
 TEST(GradScalerExtensionsTest, DefaultsKeepPyTorchsStateDict) {
