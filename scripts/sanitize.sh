@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Reliability stage of the test suite (called by scripts/test.sh): the core under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the threaded kernels under ThreadSanitizer
-# (clang + LLVM's OpenMP with its Archer tool, so OpenMP's own synchronisation is understood), and
-# a bounded run of every libFuzzer target on its committed corpus.
+# Reliability stage of the test suite (called by scripts/test.sh): the core's and the LibTorch
+# adapter's tests under AddressSanitizer + UndefinedBehaviorSanitizer (LibTorch itself
+# uninstrumented), the threaded kernels under ThreadSanitizer (clang + LLVM's OpenMP with its
+# Archer tool, so OpenMP's own synchronisation is understood), and a bounded run of every
+# libFuzzer target on its committed corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${MIXPREC_FUZZ_SECONDS:-20}
@@ -11,13 +12,15 @@ export CC=clang CXX=clang++
 # clang 14 converts binary16 (used by the tests' reference) through compiler-rt's builtins.
 LINK=(-DCMAKE_EXE_LINKER_FLAGS="-rtlib=compiler-rt -unwindlib=libgcc")
 
-echo "== ASan + UBSan: core tests"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=OFF \
+echo "== ASan + UBSan: core tests, and the LibTorch adapter's tests (LibTorch uninstrumented)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=ON \
   -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
-cmake --build build-asan -j "$JOBS" --target mixprec_core_tests
-ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp \
-  UBSAN_OPTIONS=print_stacktrace=1 ./build-asan/tests/mixprec_core_tests --gtest_brief=1
+cmake --build build-asan -j "$JOBS" --target mixprec_core_tests mixprec_torch_tests
+for tests in ./build-asan/tests/mixprec_core_tests ./build-asan/tests/torch/mixprec_torch_tests; do
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp \
+    UBSAN_OPTIONS=print_stacktrace=1 "$tests" --gtest_brief=1
+done
 
 echo "== TSan: threaded kernels"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=OFF \

@@ -64,8 +64,10 @@ class GradScalerOptions {
   MIXPREC_ARG(std::function<void(double)>, on_min_scale, nullptr)
   /// Rows of (iteration, scale, overflow) kept in a ring on the scale's device (0: none).
   MIXPREC_ARG(std::int64_t, history_size, 0)
-  /// On an overflow, find which parameters held inf/NaN (costs a host read and a scan of the
-  /// gradients, on overflow steps only). See GradScaler::last_overflow_report().
+  /// On an overflow, find which parameters held inf/NaN (costs a host read of found_inf per check,
+  /// and a scan of the gradients on overflow steps only). With a SupportsAmpScaling optimizer the
+  /// scan runs before the optimizer unscales: reported values are still scaled. See
+  /// GradScaler::last_overflow_report().
   MIXPREC_ARG(bool, diagnose_overflow, false)
 
  public:
