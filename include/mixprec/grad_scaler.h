@@ -192,6 +192,7 @@ class GradScaler {
     OptState stage = OptState::kReady;
     FoundInfPerDevice found_inf_per_device;
     bool reduced = true;  // false while the reducer has not gone through (it threw)
+    bool recorded = false;  // found_inf recorded (by unscale_, or step()'s check on the fused path)
   };
 
   // Note [Last steps are bounded and fingerprinted]

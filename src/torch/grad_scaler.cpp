@@ -168,6 +168,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
 void GradScaler::record_found_inf(torch::optim::Optimizer& optimizer, PerOptimizerState& state,
                                   FoundInfPerDevice found) {
   state.found_inf_per_device = std::move(found);
+  state.recorded = true;
   state.reduced = false;
   reduce_found_inf(state);
   if (options_.diagnose_overflow()) diagnose(optimizer, state.found_inf_per_device);
@@ -191,8 +192,10 @@ void GradScaler::set_found_inf_reducer(FoundInfReducer reducer) {
 
 at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimizerState& state) {
   auto& amp = dynamic_cast<SupportsAmpScaling&>(optimizer);
-  if (state.stage == OptState::kReady) {
-    // Record found_inf from the still-scaled grads; the optimizer unscales them itself.
+  if (state.stage == OptState::kReady && !state.recorded) {
+    // Record found_inf from the still-scaled grads; the optimizer unscales them itself. Once: a
+    // step() retried after the reducer threw has already run the reduction again (step()), and
+    // checking anew would make this rank join one more collective than its peers.
     const at::Tensor one = at::ones({}, scale_.options());
     const at::Tensor zero = at::zeros({}, scale_.options());
     record_found_inf(optimizer, state,

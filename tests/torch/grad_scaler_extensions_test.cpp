@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -58,6 +59,44 @@ TEST(GradScalerExtensionsTest, AReducerThatThrowsNeverMakesARetryUnscaleTwice) {
     EXPECT_TRUE(torch::equal(w.detach(), torch::full({3}, -2.0f)));
     scaler.update();
     EXPECT_EQ(calls, 2);
+  }
+}
+
+// The same through the fused optimizers' path, where step() checks the still-scaled grads and
+// the optimizer unscales them itself: after a throwing reducer, the retried step() runs the
+// collective once more, not twice (a rank that reduced twice would wait on a collective its peers
+// never start), and steps once, on the unscaled grads.
+TEST(GradScalerExtensionsTest, AReducerThatThrowsMakesAFusedRetryReduceOnce) {
+  const auto make = [](const std::string& name, torch::Tensor w)
+      -> std::unique_ptr<torch::optim::Optimizer> {
+    if (name == "SGD") return std::make_unique<optim::SGD>(std::vector<at::Tensor>{w},
+                                                          torch::optim::SGDOptions(1.0));
+    if (name == "Adam") return std::make_unique<optim::Adam>(std::vector<at::Tensor>{w},
+                                                            torch::optim::AdamOptions(1.0));
+    return std::make_unique<optim::AdamW>(std::vector<at::Tensor>{w},
+                                          torch::optim::AdamWOptions(1.0).weight_decay(0.0));
+  };
+  for (const std::string name : {"SGD", "Adam", "AdamW"}) {
+    SCOPED_TRACE(name);
+    torch::Tensor w = torch::zeros({3}, torch::requires_grad());
+    std::unique_ptr<torch::optim::Optimizer> opt = make(name, w);
+    GradScaler scaler(GradScalerOptions().init_scale(4.0));
+    int calls = 0;
+    scaler.set_found_inf_reducer([&](at::Tensor&) {
+      if (++calls == 1) throw std::runtime_error("collective timed out");
+    });
+    scaler.scale(torch::ones({1}));
+    w.mutable_grad() = torch::full({3}, 8.0f);
+    EXPECT_THROW(scaler.step(*opt), std::runtime_error);
+    EXPECT_TRUE(torch::equal(w.detach(), torch::zeros({3}))) << "stepped before the reduction";
+    scaler.step(*opt);  // the retry reduces once, then steps
+    EXPECT_EQ(calls, 2) << "the retried step() ran the collective " << calls - 1 << " times";
+    // One step of lr 1 on the unscaled grad 2: SGD moves by 2, Adam(W)'s first step by lr.
+    const float moved = name == "SGD" ? -2.0f : -1.0f;
+    EXPECT_TRUE(torch::allclose(w.detach(), torch::full({3}, moved))) << w;
+    scaler.update();
+    EXPECT_EQ(calls, 2);
+    EXPECT_TRUE(scaler.last_step_applied(*opt));
   }
 }
 
