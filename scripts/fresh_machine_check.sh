@@ -34,6 +34,7 @@ for suite in "${suites[@]}"; do
     continue
   fi
   git clone -q "$checkout" "$root/mixprec"
+  trap 'umount_below "$root"' EXIT
   mount_debian_root "$root"
   echo "== $suite root made and cloned in $(seconds_since "$t0") s"
   for cmd in "bash scripts/main.sh" "bash scripts/test.sh"; do
@@ -47,9 +48,7 @@ for suite in "${suites[@]}"; do
     ((rc == 0)) || status=1
   done
   # Unmount (test.sh's own Debian 13 root inside a bookworm root has mounts too); keep the files.
-  for m in $(awk -v d="$(realpath "$root")/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
-    umount -l "$m" || true
-  done
+  umount_below "$root"
 done
 echo "== fresh machine check:"
 printf '%s\n' "${results[@]}"

@@ -31,6 +31,8 @@ make_debian_root() {
 }
 
 # mount_debian_root DIR: proc and dev inside DIR (idempotent); umount_debian_root DIR undoes it.
+# Callers set their `trap 'umount_debian_root DIR' EXIT` before calling it, so that a failure
+# between the two mounts leaves nothing mounted.
 mount_debian_root() {
   local dir=$1
   mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
@@ -44,21 +46,56 @@ umount_debian_root() {
   mountpoint -q "$dir/proc" && umount -l "$dir/proc" || true
 }
 
-# remove_debian_root DIR: unmounts everything mounted below DIR (deepest first, nested roots
-# included), then deletes DIR; refuses to delete while anything is still mounted there (a
-# recursive delete would go into the machine's own /dev).
-remove_debian_root() {
+# mounts_below DIR: the mount points strictly below DIR, deepest first, one per line. /proc/mounts
+# writes a space, tab, newline and backslash in a path as \040, \011, \012 and \134; they are
+# decoded before comparing, so a root whose path has a space is matched too.
+mounts_below() {
   local dir m
   dir=$(realpath -m "$1")
+  while read -r _ m _; do
+    m=${m//\\040/ }
+    m=${m//\\011/$'\t'}
+    m=${m//\\012/$'\n'}
+    m=${m//\\134/\\}
+    if [[ $m == "$dir"/* ]]; then printf '%s\n' "$m"; fi
+  done </proc/mounts | sort -r
+}
+
+# umount_below DIR: lazily unmounts everything mounted below DIR (nested roots included).
+umount_below() {
+  local m
+  while IFS= read -r m; do
+    [[ -n $m ]] && { umount -l "$m" || true; }
+  done < <(mounts_below "$1")
+}
+
+# remove_debian_root DIR: unmounts everything mounted below DIR (deepest first, nested roots
+# included), then deletes DIR; refuses to delete while anything is still mounted there, and the
+# delete itself stays on DIR's file system (rm --one-file-system), so it can never walk into the
+# machine's own /dev through a bind mount.
+remove_debian_root() {
+  local dir
+  dir=$(realpath -m "$1")
   [[ -e $dir ]] || return 0
-  for m in $(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r); do
-    umount -l "$m" || true
-  done
-  if awk -v d="$dir/" 'index($2, d) == 1 {found = 1} END {exit !found}' /proc/mounts; then
+  umount_below "$dir"
+  if [[ -n $(mounts_below "$dir") ]]; then
     echo "remove_debian_root: something is still mounted below $dir; not deleting it" >&2
     return 1
   fi
-  rm -rf "$dir"
+  rm -rf --one-file-system "$dir"
+}
+
+# lock_debian_root DIR: takes an exclusive lock on DIR (a lock file beside it, held on file
+# descriptor 9 until the calling shell exits), waiting while another run of the test suite uses
+# the same cached root, so that neither unmounts or rebuilds it under the other.
+lock_debian_root() {
+  local lock="$1.lock"
+  mkdir -p "$(dirname "$lock")"
+  exec 9>"$lock"
+  if ! flock -n 9; then
+    echo "== waiting for $lock (another test run is using $1)"
+    flock 9
+  fi
 }
 
 # in_debian_root DIR COMMAND: runs COMMAND with bash in DIR, as root, in a clean environment.
