@@ -203,7 +203,7 @@ void BM_AdamWTorchUnscale(benchmark::State& state) {
       [&](std::int64_t) { at::_foreach_mul_(grads, kScale); });
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if MIXPREC_TORCH_2
 /// What Python's GradScaler.step does for torch.optim.AdamW(fused=True): a check-only pass over
 /// the grads (inv_scale 1), state_steps += 1, at::_fused_adamw_ with grad_scale and found_inf
 /// (it unscales and skips on found_inf itself), state_steps -= found_inf, then update().

@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 #include <mixprec/grad_scaler.h>
 #include <mixprec/optim.h>
+#include <mixprec/torch_version.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -21,7 +22,7 @@
 #include "gpt2_shapes.h"
 #include "mixprec/core/kernels.h"
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if MIXPREC_TORCH_CPU_AMP_KERNELS
 #define MIXPREC_BENCH_PYTORCH_KERNELS  // PyTorch's CPU AMP and fused optimizer kernels
 #endif
 

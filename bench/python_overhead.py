@@ -8,11 +8,13 @@ import sys
 import timeit
 
 try:
-    import torch
-    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    if (major, minor) < (2, 4):
-        raise ImportError
-except ImportError:
+    import torch  # a torch that is installed but broken raises: a failure, not a skip
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        raise
+    print("python_overhead.py: needs torch >= 2.4 (torch.amp.GradScaler('cpu'))", file=sys.stderr)
+    sys.exit(77)
+if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4):
     print("python_overhead.py: needs torch >= 2.4 (torch.amp.GradScaler('cpu'))", file=sys.stderr)
     sys.exit(77)
 

@@ -22,7 +22,8 @@
 #ifdef MIXPREC_BENCH_WITH_TORCH
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#include "mixprec/torch_version.h"
+#if MIXPREC_TORCH_CPU_AMP_KERNELS
 #define MIXPREC_BENCH_PYTORCH_KERNELS  // PyTorch's CPU AMP kernels exist from 2.4 on
 #endif
 #endif

@@ -26,19 +26,50 @@ function(mixprec_add_test name)
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
 endfunction()
 
-# mixprec_torch_cuda_compile_check(<name> SOURCES ... [LIBS ...]): compiles, never links, code
-# written for a CUDA LibTorch (MIXPREC_TORCH_CUDA) against a CPU-only LibTorch that ships the
-# c10/cuda and ATen/cuda headers (Debian's does), so CI catches errors in code that only a GPU
-# machine runs. A no-op unless MIXPREC_TORCH_CUDA_COMPILE_CHECK is set (top-level CMakeLists).
-function(mixprec_torch_cuda_compile_check name)
-  if(NOT MIXPREC_TORCH_CUDA_COMPILE_CHECK)
-    return()
+# mixprec_find_torch(): find_package(Torch REQUIRED) for mixprec's directory, and sets
+# MIXPREC_TORCH_IS_CUDA (a CUDA build of LibTorch). A macro, so Torch's variables reach the caller.
+#
+# A CUDA LibTorch's config (Caffe2's public/cuda.cmake) enables CUDA itself and then sets
+# CMAKE_CUDA_ARCHITECTURES to OFF and appends its own -gencode list (every architecture it knows,
+# 5.0 to 9.0a, without a GPU to detect) and flags to CMAKE_CUDA_FLAGS. mixprec's own .cu files
+# include no Torch header and pick their architectures themselves: the caller's values are put back.
+#
+# Torch's imported targets (torch, torch_cpu_library, c10, protobuf::libprotobuf, ...) are visible
+# only in the directory that found Torch. When mixprec is added with add_subdirectory() or
+# FetchContent to a project that did not call find_package(Torch) itself, the project's own
+# targets link mixprec::mixprec, whose link interface names them from the project's directory:
+# "Target torch not found". The ones this find_package() created are made global. (Where the
+# project found Torch first, they already exist up there and none are created here.)
+macro(mixprec_find_torch)
+  get_property(mixprec_imported_before DIRECTORY PROPERTY IMPORTED_TARGETS)
+  foreach(mixprec_var CMAKE_CUDA_ARCHITECTURES CMAKE_CUDA_FLAGS CMAKE_CUDA_STANDARD
+                      CMAKE_CUDA_STANDARD_REQUIRED)
+    set(mixprec_had_${mixprec_var} OFF)
+    if(DEFINED ${mixprec_var})
+      set(mixprec_had_${mixprec_var} ON)
+      set(mixprec_saved_${mixprec_var} "${${mixprec_var}}")
+    endif()
+  endforeach()
+  find_package(Torch REQUIRED)
+  foreach(mixprec_var CMAKE_CUDA_ARCHITECTURES CMAKE_CUDA_FLAGS CMAKE_CUDA_STANDARD
+                      CMAKE_CUDA_STANDARD_REQUIRED)
+    if(mixprec_had_${mixprec_var})
+      set(${mixprec_var} "${mixprec_saved_${mixprec_var}}")
+    else()
+      unset(${mixprec_var})
+    endif()
+  endforeach()
+  set(MIXPREC_TORCH_IS_CUDA OFF)
+  if(TARGET torch_cuda OR "${TORCH_LIBRARIES}" MATCHES "torch_cuda|c10_cuda")
+    set(MIXPREC_TORCH_IS_CUDA ON)
   endif()
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
-  add_library(${name} OBJECT ${ARG_SOURCES})
-  target_compile_definitions(${name} PRIVATE MIXPREC_TORCH_CUDA)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests
-    ${PROJECT_SOURCE_DIR}/cmake/torch_cuda_shim ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(${name} PRIVATE mixprec_core ${TORCH_LIBRARIES} ${ARG_LIBS})
-  mixprec_set_warnings(${name})
-endfunction()
+  get_property(mixprec_imported_after DIRECTORY PROPERTY IMPORTED_TARGETS)
+  if(NOT PROJECT_IS_TOP_LEVEL)
+    if(mixprec_imported_before)
+      list(REMOVE_ITEM mixprec_imported_after ${mixprec_imported_before})
+    endif()
+    foreach(mixprec_target IN LISTS mixprec_imported_after)
+      set_property(TARGET ${mixprec_target} PROPERTY IMPORTED_GLOBAL TRUE)
+    endforeach()
+  endif()
+endmacro()

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
       auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cfg.rank, cfg.world, options);
-#if TORCH_VERSION_MAJOR >= 2
+#if MIXPREC_TORCH_2
       // LibTorch 2.x: ProcessGroupNCCL is a c10d::Backend, not a c10d::ProcessGroup.
       return train(nccl, mixprec::distributed::found_inf_reducer_for_backends({nccl}), cfg);
 #else

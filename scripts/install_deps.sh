@@ -3,31 +3,62 @@
 # Knows Debian 12 (bookworm: LibTorch 1.13.1, GCC 12, clang 14) and Debian 13 (trixie: LibTorch
 # 2.6.0, GCC 14, clang 19); on anything else it stops with a message naming those two.
 # Idempotent: packages already installed are left alone and apt is not touched at all.
+#
+# Usage: scripts/install_deps.sh [--cuda]
+#   --cuda (Debian 13 only; implied where libtorch-cuda-dev is installed): Debian's CUDA build of LibTorch 2.6 instead of the CPU one
+#   (libtorch-cuda-dev, python3-torch-cuda, libgloo-cuda-dev; they replace libtorch-dev,
+#   python3-torch and libgloo-dev), nvcc 12.4 (nvidia-cuda-toolkit, with g++-13 as its host
+#   compiler) and NCCL's headers (libnccl-dev). They are in Debian's contrib and non-free sections,
+#   which must be enabled in apt's sources. libtorch-cuda pulls nvidia-cudnn, a downloader that
+#   fetches cuDNN from NVIDIA's site once you accept its license (docs/install.md).
 set -euo pipefail
 
 codename=$( (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") || true)
+cuda=0
+case ${1:-} in
+  "") ;;
+  --cuda) cuda=1 ;;
+  *) echo "usage: scripts/install_deps.sh [--cuda]" >&2; exit 2 ;;
+esac
+# A machine that has Debian's CUDA LibTorch keeps it: the CPU packages would replace it.
+if dpkg-query -W -f='${Status}' libtorch-cuda-dev 2>/dev/null | grep -q "install ok installed"; then
+  cuda=1
+fi
 COMMON=(
   cmake ninja-build g++ pkg-config git
-  libtorch-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libhwy-dev
   gnuplot-nox
-  libgloo-dev
+  python3
+  libc6-dbg
 )
 case $codename in
   bookworm)
-    # debootstrap: the test suite's LibTorch 2.6 stage makes a Debian 13 root with it.
-    PACKAGES=("${COMMON[@]}" clang libclang-rt-14-dev libomp-14-dev debootstrap)
+    if ((cuda)); then
+      echo "mixprec: --cuda needs Debian 13 (trixie), whose contrib section has libtorch-cuda-dev;" \
+        "Debian 12 has no CUDA LibTorch (docs/install.md)" >&2
+      exit 2
+    fi
+    # debootstrap: the test suite's LibTorch 2.6 stages make Debian 13 roots with it.
+    # llvm-NN: llvm-symbolizer for the sanitizers; libc6-dbg (above): names for libc's frames.
+    PACKAGES=("${COMMON[@]}" libtorch-dev libgloo-dev
+      clang libclang-rt-14-dev libomp-14-dev llvm-14 debootstrap)
     ;;
   trixie)
-    # python3-torch: the differential tests against torch.amp.GradScaler("cpu") and torch.load.
-    PACKAGES=("${COMMON[@]}" clang libclang-rt-19-dev libomp-19-dev python3-torch)
+    # python3-torch(-cuda): the differential tests against torch.amp.GradScaler("cpu") and torch.load.
+    PACKAGES=("${COMMON[@]}" clang libclang-rt-19-dev libomp-19-dev llvm-19)
+    if ((cuda)); then
+      PACKAGES+=(libtorch-cuda-dev python3-torch-cuda libgloo-cuda-dev nvidia-cuda-toolkit
+        libnccl-dev)
+    else
+      PACKAGES+=(libtorch-dev python3-torch libgloo-dev)
+    fi
     ;;
   *)
     echo "mixprec: scripts/install_deps.sh knows Debian 12 (bookworm) and Debian 13 (trixie);" \
       "this is '${codename:-unknown}'. Install LibTorch, GoogleTest, Google Benchmark, Highway," \
-      "Gloo and clang yourself, or use one of those two." >&2
+      "Gloo and clang yourself (docs/install.md), or use one of those two." >&2
     exit 2
     ;;
 esac
@@ -46,4 +77,9 @@ echo "mixprec: installing ${missing[*]}"
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
+if ((cuda)) && ! apt-cache show libtorch-cuda-dev >/dev/null 2>&1; then
+  echo "mixprec: libtorch-cuda-dev is not in apt's sources: enable Debian's contrib and non-free" \
+    "sections (Components: main contrib non-free in /etc/apt/sources.list.d/debian.sources)" >&2
+  exit 2
+fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

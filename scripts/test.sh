@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite: installs missing packages, then
 #   1. the reliability stage (scripts/sanitize.sh: ASan+UBSan, TSan, bounded libFuzzer runs),
-#   2. the main build (with the CUDA kernels when nvcc is there) and every CTest test,
+#   2. the build, with MIXPREC_WITH_CUDA's default (ON with a CUDA LibTorch and nvcc; on Debian 12
+#      ON for mixprec::core's kernels alone when nvcc is installed), and every
+#      CTest test; any skip that tests/expected_skips.txt does not expect here fails the stage
+#      (scripts/lib/check_skips.py prints each skip with its reason),
 #   3. the main job, as a user runs it: scripts/main.sh, checked by scripts/check_main_job.sh,
-#   4. on Debian 12 (LibTorch 1.13): stages 2 and 3 again against LibTorch 2.6 in a Debian 13
-#      root (scripts/debian13_stage.sh), with the differential tests against PyTorch 2.6.
+#   4. on Debian 12 (LibTorch 1.13): LibTorch 2.6 in two Debian 13 roots (scripts/debian13_stage.sh):
+#      the CPU build (ASan + UBSan, build, tests with the differential tests against PyTorch 2.6,
+#      main job) and the CUDA build (every CUDA target built and linked, tests, main job).
 # Prints each stage's time. Usage: scripts/test.sh   (build folder: build/, or $MIXPREC_BUILD_DIR)
 # For a quicker local run: MIXPREC_SKIP_SANITIZERS=1 skips stage 1, MIXPREC_SKIP_DEBIAN13=1
-# skips stage 4. CI sets neither.
+# stage 4. CI sets neither. MIXPREC_REQUIRE_CUDA=1 (the CUDA stage) fails the build stage unless
+# the CUDA targets were configured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/debian_root.sh
@@ -29,23 +34,40 @@ if [[ ${MIXPREC_SKIP_SANITIZERS:-0} != 1 ]]; then
 fi
 
 BUILD_DIR=${MIXPREC_BUILD_DIR:-build}
+codename=$( (. /etc/os-release && echo "${VERSION_CODENAME:-}") || true)
 CUDA_ARGS=()
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-if [[ -n $NVCC ]]; then
-  # No GPU is needed to compile and link the CUDA kernels; their tests skip without a device.
+if [[ $codename == bookworm && -n $NVCC ]]; then
+  # Debian 12 has no CUDA LibTorch, so MIXPREC_WITH_CUDA defaults to OFF; where an nvcc is
+  # installed (CUDA 13 here) it still compiles mixprec::core's CUDA kernels and their tests, so a
+  # second CUDA release is covered. The CUDA LibTorch is the Debian 13 CUDA stage's.
   CUDA_ARGS=(-DMIXPREC_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC")
 fi
 build() {
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CUDA_ARGS[@]}"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
+  if [[ ${MIXPREC_REQUIRE_CUDA:-0} == 1 ]] &&
+    ! { grep -qx "cuda_build=ON" "$BUILD_DIR/mixprec_test_env.txt" &&
+      [[ -x $BUILD_DIR/tests/gpu/mixprec_gpu_tests ]]; }; then
+    echo "test.sh: MIXPREC_REQUIRE_CUDA=1, but the CUDA targets were not built" \
+      "(MIXPREC_WITH_CUDA defaults to ON only with a CUDA LibTorch and nvcc)" >&2
+    return 1
+  fi
+}
+run_tests() {
+  local junit=$PWD/$BUILD_DIR/ctest-junit.xml status=0
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --output-junit "$junit" ||
+    status=$?
+  python3 scripts/lib/check_skips.py "$junit" "$BUILD_DIR" || status=1
+  return $status
 }
 stage "build" build
-stage "ctest" ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"
+stage "ctest" run_tests
 stage "main job (scripts/main.sh)" bash scripts/check_main_job.sh
 
-codename=$( (. /etc/os-release && echo "${VERSION_CODENAME:-}") || true)
 if [[ $codename == bookworm && ${MIXPREC_SKIP_DEBIAN13:-0} != 1 ]]; then
-  stage "LibTorch 2.6 in a Debian 13 root" bash scripts/debian13_stage.sh
+  stage "LibTorch 2.6 (CPU) in a Debian 13 root" bash scripts/debian13_stage.sh cpu
+  stage "LibTorch 2.6 (CUDA, no GPU) in a Debian 13 root" bash scripts/debian13_stage.sh cuda
 fi
 
 echo "== stage times ($release):"

@@ -5,13 +5,13 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/version.h>
 
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "mixprec/grad_scaler.h"
+#include "mixprec/torch_version.h"
 
 namespace mixprec {
 namespace distributed {
@@ -45,7 +45,7 @@ GradScaler::FoundInfReducer found_inf_reducer(ProcessGroupPtr group);
 /// device the backends support) with MAX over each group in turn, in place, and waits.
 void all_reduce_max_(at::Tensor& found_inf, const std::vector<ProcessGroupPtr>& groups);
 
-#if TORCH_VERSION_MAJOR >= 2
+#if MIXPREC_TORCH_2
 /// LibTorch 2.x only: a c10d::Backend (e.g. a ProcessGroupNCCL made directly) used without a
 /// c10d::ProcessGroup around it. Same behaviour as found_inf_reducer.
 GradScaler::FoundInfReducer found_inf_reducer_for_backends(

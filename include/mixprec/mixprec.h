@@ -9,4 +9,5 @@
 #include "mixprec/optim.h"
 #include "mixprec/serialize.h"
 #include "mixprec/telemetry.h"
+#include "mixprec/torch_version.h"
 

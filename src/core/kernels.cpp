@@ -49,8 +49,9 @@ std::string device_name(const Device& device) {
 #ifndef MIXPREC_WITH_CUDA
 [[noreturn]] void throw_no_cuda(const char* who) {
   MIXPREC_CHECK(false, who,
-                ": got CUDA buffers, but this build of mixprec has no CUDA kernels. "
-                "Configure with -DMIXPREC_WITH_CUDA=ON.");
+                ": got CUDA buffers, but this build of mixprec has no CUDA kernels. Build it "
+                "with nvcc installed: MIXPREC_WITH_CUDA defaults to ON with a CUDA LibTorch, "
+                "-DMIXPREC_WITH_CUDA=ON turns it on for mixprec::core alone (docs/install.md).");
   __builtin_unreachable();
 }
 #endif

@@ -1,18 +1,18 @@
 // mixprec::AutocastGuard (include/mixprec/autocast.h): Python's torch.autocast __enter__/__exit__
 // over LibTorch's thread-local autocast state, for the 1.13 and the >= 2.4 function names.
 #include "mixprec/autocast.h"
+#include "mixprec/torch_version.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
-#include <torch/version.h>
 
 namespace mixprec {
 namespace {
 
 // LibTorch 2.4 replaced the per-device functions (set_enabled, set_cpu_enabled, ...) by ones that
 // take a DeviceType. Delete the #else branches when LibTorch < 2.4 is no longer supported.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if MIXPREC_TORCH_DEVICE_AUTOCAST_API
 bool is_enabled(c10::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
 void set_enabled(c10::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
 c10::ScalarType get_dtype(c10::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
@@ -42,8 +42,7 @@ void set_dtype(c10::DeviceType d, c10::ScalarType t) {
 #endif
 
 // CPU autocast took float16 in LibTorch 2.2; 1.13 knows only bfloat16.
-constexpr bool kCpuHalfSupported =
-    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2);
+constexpr bool kCpuHalfSupported = MIXPREC_TORCH_CPU_FP16_AUTOCAST;
 
 }  // namespace
 

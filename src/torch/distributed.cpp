@@ -72,7 +72,7 @@ GradScaler::FoundInfReducer found_inf_reducer(ProcessGroupPtr group) {
   return found_inf_reducer(std::vector<ProcessGroupPtr>{std::move(group)});
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if MIXPREC_TORCH_2
 GradScaler::FoundInfReducer found_inf_reducer_for_backends(
     std::vector<c10::intrusive_ptr<c10d::Backend>> backends) {
   check_groups(backends);
@@ -101,10 +101,10 @@ ProcessGroupPtr make_gloo_process_group(const c10::intrusive_ptr<c10d::Store>& s
                                  ? c10d::ProcessGroupGloo::createDefaultDevice()
                                  : c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
-#if TORCH_VERSION_MAJOR >= 2
+#if MIXPREC_TORCH_2
   // LibTorch 2.x split c10d::ProcessGroup (the dispatcher) from c10d::Backend (ProcessGroupGloo):
   // wrap the backend in a group serving CPU (and CUDA tensors, which Gloo also reduces).
-#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 6
+#if MIXPREC_TORCH_PROCESS_GROUP_WITHOUT_OPTIONS
   // LibTorch 2.6 dropped ProcessGroup::Options from the constructor.
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);

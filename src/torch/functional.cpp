@@ -55,6 +55,22 @@ core::TensorView to_view(const at::Tensor& t, const char* who) {
           to_core_device(t.device(), who)};
 }
 
+bool torch_cuda_built() {
+#ifdef MIXPREC_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+void check_kernel_device(const c10::Device& device) {
+  TORCH_CHECK(!device.is_cuda() || torch_cuda_built(), "mixprec: got tensors on ", device,
+              ", but this mixprec was built without CUDA. Build it against a CUDA LibTorch with "
+              "nvcc installed: MIXPREC_WITH_CUDA then defaults to ON (docs/install.md)");
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(), "mixprec: got tensors on ", device,
+              "; only CPU and CUDA tensors are supported");
+}
+
 void on_device(const c10::Device& device, const std::function<void(void*)>& launch) {
   // Every kernel call of the LibTorch adapter passes here: the core's errors leave as c10::Error,
   // the type the README promises, with the core's message.
@@ -66,8 +82,7 @@ void on_device(const c10::Device& device, const std::function<void(void*)>& laun
       return;
     }
 #endif
-    TORCH_CHECK(device.is_cpu(), "mixprec: tensors on ", device,
-                " need a LibTorch and a mixprec built with CUDA (-DMIXPREC_WITH_CUDA=ON)");
+    check_kernel_device(device);
     launch(nullptr);
   } catch (const core::Error& e) {
     TORCH_CHECK(false, e.what());

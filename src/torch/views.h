@@ -26,6 +26,14 @@ core::Device to_core_device(const c10::Device& device, const char* who);
 /// A view over a non-overlapping, dense tensor's memory (any stride order).
 core::TensorView to_view(const at::Tensor& t, const char* who);
 
+/// Whether this mixprec sends CUDA tensors to its CUDA kernels (built with MIXPREC_WITH_CUDA
+/// against a CUDA LibTorch).
+bool torch_cuda_built();
+
+/// Throws, saying how to get CUDA support, for CUDA tensors in a mixprec built without it; and
+/// for devices other than CPU and CUDA.
+void check_kernel_device(const c10::Device& device);
+
 /// Calls `launch(stream)` for kernels on `device`: for CUDA under a device guard with
 /// LibTorch's current stream (a cudaStream_t), so the work is ordered with the user's and
 /// nothing waits for the device; for the CPU with nullptr. Throws for CUDA tensors when mixprec

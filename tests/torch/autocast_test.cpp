@@ -13,7 +13,7 @@ namespace mixprec {
 namespace {
 
 // LibTorch's autocast state, under the names of the LibTorch at hand (2.4 took a DeviceType).
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if MIXPREC_TORCH_DEVICE_AUTOCAST_API
 bool cpu_enabled() { return at::autocast::is_autocast_enabled(at::kCPU); }
 c10::ScalarType cpu_dtype() { return at::autocast::get_autocast_dtype(at::kCPU); }
 bool cuda_enabled() { return at::autocast::is_autocast_enabled(at::kCUDA); }
@@ -22,8 +22,7 @@ bool cpu_enabled() { return at::autocast::is_cpu_enabled(); }
 c10::ScalarType cpu_dtype() { return at::autocast::get_autocast_cpu_dtype(); }
 bool cuda_enabled() { return at::autocast::is_enabled(); }
 #endif
-constexpr bool kCpuHalf =
-    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2);
+constexpr bool kCpuHalf = MIXPREC_TORCH_CPU_FP16_AUTOCAST;
 
 TEST(AutocastGuardTest, CpuBFloat16IsOnInsideAndRestoredAfter) {
   ASSERT_FALSE(cpu_enabled());
@@ -64,7 +63,7 @@ TEST(AutocastGuardTest, RestoresStateDuringUnwinding) {
 }
 
 TEST(AutocastGuardTest, UnsupportedCombinationsThrowBeforeChangingState) {
-#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 2)
+#if !MIXPREC_TORCH_CPU_FP16_AUTOCAST
   EXPECT_THROW_WITH(AutocastGuard(torch::kCPU, torch::kHalf), "CPU autocast supports only torch.bfloat16");
 #endif
   EXPECT_THROW_WITH(AutocastGuard(torch::kCPU, torch::kFloat), "CPU autocast supports");

@@ -117,6 +117,23 @@ TEST(FunctionalTest, CoreErrorsLeaveTheAdapterAsC10Errors) {
 // The kernels write through raw pointers. Like PyTorch's in-place ops they bump the versions of
 // the tensors they take to write, so autograd refuses a saved tensor they changed instead of
 // silently computing with its new value.
+// A CUDA tensor reaching a mixprec built without CUDA is refused with how to get CUDA support
+// (docs/errors.md); a CUDA build takes it. c10::Device needs no GPU, so both builds check here.
+TEST(FunctionalTest, CudaTensorsInABuildWithoutCudaSayHowToGetIt) {
+  const c10::Device cuda(c10::kCUDA, 0);
+  if (detail::torch_cuda_built()) {
+    EXPECT_NO_THROW(detail::check_kernel_device(cuda));
+  } else {
+    EXPECT_THROW_WITH(detail::check_kernel_device(cuda),
+                      "mixprec: got tensors on cuda:0, but this mixprec was built without CUDA. "
+                      "Build it against a CUDA LibTorch with nvcc installed: MIXPREC_WITH_CUDA "
+                      "then defaults to ON");
+  }
+  EXPECT_NO_THROW(detail::check_kernel_device(c10::Device(c10::kCPU)));
+  EXPECT_THROW_WITH(detail::check_kernel_device(c10::Device(c10::kMeta)),
+                    "only CPU and CUDA tensors are supported");
+}
+
 TEST(FunctionalTest, KernelsBumpTheVersionsOfWhatTheyWrite) {
   torch::Tensor g = torch::ones({4}), found = torch::zeros({}), inv = torch::full({}, 0.5f);
   const auto g_version = g._version(), found_version = found._version();

@@ -6,6 +6,7 @@
 // with a 1.13 checkpoint (Note [Optimizer checkpoints across LibTorch versions]).
 #include <gtest/gtest.h>
 #include <mixprec/optim.h>
+#include <mixprec/torch_version.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -24,7 +25,7 @@ using mixprec::fixtures::make_checkpoint_optimizer;
 using mixprec::fixtures::run_checkpoint_steps;
 using torch::Tensor;
 
-constexpr bool kLibTorch2 = TORCH_VERSION_MAJOR >= 2;
+constexpr bool kLibTorch2 = MIXPREC_TORCH_2;
 
 std::string fixture(const std::string& name, const std::string& version) {
   return std::string(MIXPREC_FIXTURES_DIR) + "/optim_" + name + "_libtorch" + version + ".pt";

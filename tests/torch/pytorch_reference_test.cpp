@@ -20,11 +20,8 @@
 
 #include "torch/test_util.h"
 
-#define MIXPREC_HAS_PYTORCH_CPU_AMP \
-  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-
 #define SKIP_WITHOUT_PYTORCH_CPU_AMP()                                                         \
-  if (!MIXPREC_HAS_PYTORCH_CPU_AMP) {                                                          \
+  if (!MIXPREC_TORCH_CPU_AMP_KERNELS) {                                                          \
     GTEST_SKIP() << "PyTorch's CPU AMP and fused-optimizer kernels need LibTorch >= 2.4; this " \
                     "is " TORCH_VERSION " (the Debian 13 stage of scripts/test.sh runs these)";  \
   }
@@ -66,12 +63,26 @@ std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
   return out;
 }
 
-// Values that exercise every branch of the kernels: normal, tiny, denormal, -0, huge (overflows
-// when multiplied by an inv_scale > 1), inf, -inf and NaN.
+// The largest finite value of a floating dtype.
+double max_finite(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kDouble: return std::numeric_limits<double>::max();
+    case torch::kFloat: return std::numeric_limits<float>::max();
+    case torch::kHalf: return 65504.0;
+    default: return 3.3895313892515355e38;  // bfloat16: 0x7F7F
+  }
+}
+
+// Values that exercise every branch of the kernels: normal, tiny, denormal, -0, huge (up to the
+// dtype's largest finite value, which overflows when multiplied by an inv_scale > 1), and, when
+// asked, inf, -inf and NaN. Without them every value is finite in `dtype` itself, so found_inf = 0
+// is compared with PyTorch's in every dtype (a value finite in double only, such as 3e38 in fp16,
+// would turn into inf on conversion).
 Tensor special_values(torch::Dtype dtype, std::int64_t n, std::mt19937& rng, bool with_non_finite) {
   Tensor t = torch::randn({n}, torch::kDouble) * std::pow(10.0, std::uniform_int_distribution<>(-3, 3)(rng));
-  std::vector<double> specials = {0.0, -0.0, 1e-40, -1e-42, 1e-6, 6e-8, -3e-8, 1e-45, 60000.0,
-                                  -65000.0, 3e38, 1.7e308};
+  const double max = max_finite(dtype);
+  std::vector<double> specials = {0.0,     -0.0,     1e-40,     -1e-42,    1e-6,      6e-8, -3e-8,
+                                  1e-45,   60000.0,  -65000.0,  max,       -max,      max / 3};
   if (with_non_finite) {
     specials.insert(specials.end(), {std::numeric_limits<double>::infinity(),
                                      -std::numeric_limits<double>::infinity(),
@@ -84,17 +95,28 @@ Tensor special_values(torch::Dtype dtype, std::int64_t n, std::mt19937& rng, boo
   return t.to(dtype);
 }
 
+// 1 when any element of `grads` is inf or NaN, else 0: what found_inf must be, by torch::isfinite.
+float any_non_finite(const std::vector<Tensor>& grads) {
+  for (const Tensor& g : grads) {
+    if (g.numel() > 0 && !torch::isfinite(g).all().item<bool>()) return 1.0f;
+  }
+  return 0.0f;
+}
+
 // Runs mixprec's kernel on `ours` and PyTorch's on `theirs` (the same values, separate memory)
-// and compares the two found_inf bit for bit.
+// and compares the two found_inf bit for bit, and with what the inputs hold (torch::isfinite), so
+// a case that meant to be finite and is not, or the other way round, is caught too.
 void unscale_both(std::vector<Tensor>& ours, std::vector<Tensor>& theirs, double inv_scale,
                   const std::string& where) {
   Tensor found_ours = torch::zeros({1}), found_theirs = torch::zeros({1});
+  const float expected = any_non_finite(ours);
   const Tensor inv = torch::full({1}, inv_scale);
   mixprec::non_finite_check_and_unscale_(ours, found_ours, inv);
-#if MIXPREC_HAS_PYTORCH_CPU_AMP
+#if MIXPREC_TORCH_CPU_AMP_KERNELS
   at::_amp_foreach_non_finite_check_and_unscale_(theirs, found_theirs, inv);
 #endif
   expect_same_bits(found_ours, found_theirs, where + ": found_inf");
+  EXPECT_EQ(found_theirs.item<float>(), expected) << where << ": the inputs' found_inf";
 }
 
 // Both kernels on copies of `grads`; found_inf and every grad compared bit for bit.
@@ -208,7 +230,7 @@ TEST(PyTorchReferenceUpdateScaleTest, LongRandomSequencesWithNonDefaultFactorsAn
         }
         const Tensor found_inf = torch::full({1}, f);
         mixprec::update_scale_(scale_ours, tracker_ours, found_inf, p.growth, p.backoff, p.interval);
-#if MIXPREC_HAS_PYTORCH_CPU_AMP
+#if MIXPREC_TORCH_CPU_AMP_KERNELS
         at::_amp_update_scale_(scale_theirs, tracker_theirs, found_inf, p.growth, p.backoff,
                                p.interval);
 #endif

@@ -1,0 +1,26 @@
+// The LibTorch version conditions of mixprec, in one place: each macro names the difference it
+// guards, so a workaround can be found and deleted when its oldest LibTorch is no longer supported.
+#pragma once
+
+#include <torch/version.h>  // TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR
+
+/// 1 when the LibTorch compiled against is MAJOR.MINOR or newer, else 0 (usable in `#if`).
+#define MIXPREC_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||          \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+/// LibTorch 2.0: c10d::Backend (ProcessGroupGloo, ProcessGroupNCCL) split from the dispatching
+/// c10d::ProcessGroup; Optimizer::zero_grad() sets grads to undefined by default; optimizer state
+/// keyed differently (tests/torch/optim_checkpoint_test.cpp); at::_fused_adamw_ on CUDA.
+#define MIXPREC_TORCH_2 MIXPREC_TORCH_AT_LEAST(2, 0)
+/// LibTorch 2.2: CPU autocast takes float16 (1.13 knows only bfloat16).
+#define MIXPREC_TORCH_CPU_FP16_AUTOCAST MIXPREC_TORCH_AT_LEAST(2, 2)
+/// LibTorch 2.4: the autocast functions take a DeviceType (set_autocast_enabled(device, on), ...)
+/// instead of one function per device (set_enabled, set_cpu_enabled, ...).
+#define MIXPREC_TORCH_DEVICE_AUTOCAST_API MIXPREC_TORCH_AT_LEAST(2, 4)
+/// LibTorch 2.4: PyTorch's own CPU AMP kernels (at::_amp_foreach_non_finite_check_and_unscale_,
+/// at::_amp_update_scale_) and fused CPU optimizers (at::_fused_sgd_, _fused_adam_, _fused_adamw_),
+/// the references of the differential tests and the benchmarks.
+#define MIXPREC_TORCH_CPU_AMP_KERNELS MIXPREC_TORCH_AT_LEAST(2, 4)
+/// LibTorch 2.6: c10d::ProcessGroup's constructor no longer takes ProcessGroup::Options.
+#define MIXPREC_TORCH_PROCESS_GROUP_WITHOUT_OPTIONS MIXPREC_TORCH_AT_LEAST(2, 6)
