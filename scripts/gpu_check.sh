@@ -136,13 +136,14 @@ torch_info="$("$py" - 2>&1 <<'EOF'
 import torch
 n = torch.cuda.device_count() if torch.cuda.is_available() else 0
 names = ", ".join(torch.cuda.get_device_name(i) for i in range(n)) or "none visible"
-cap = "%d.%d" % torch.cuda.get_device_capability(0) if n else ""
+cap = "%d.%d" % torch.cuda.get_device_capability(0) if n else "-"  # never empty: read splits on tabs
 print(torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI),
       torch.utils.cmake_prefix_path, n, cap, sep="\t", end="\t")
 print(names)
 EOF
 )"
 IFS=$'\t' read -r torch_version torch_cuda abi torch_prefix gpu_count gpu_cap gpu_names <<<"$torch_info"
+[[ $gpu_cap == - ]] && gpu_cap=""
 # Torch's CMake config would otherwise detect the architecture by compiling a probe program.
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-${gpu_cap:-9.0}}"
 nvcc="${CUDACXX:-$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)}"
