@@ -32,6 +32,16 @@ struct Loop {
   }
 };
 
+// Gives `scaler` a found_inf reducer that throws on its first call (a timed-out collective) and
+// counts its calls, then one scale() and w's grad 8 (2 unscaled at the scale 4).
+void start_with_a_reducer_that_throws_once(GradScaler& scaler, torch::Tensor& w, int& calls) {
+  scaler.set_found_inf_reducer([&calls](at::Tensor&) {
+    if (++calls == 1) throw std::runtime_error("collective timed out");
+  });
+  scaler.scale(torch::ones({1}));
+  w.mutable_grad() = torch::full({3}, 8.0f);
+}
+
 // A reducer that throws once (a timed-out collective) after unscale_() divided the grads: a retry
 // neither divides them again nor decides without the reduction, through unscale_() + step() and
 // through step() alone.
@@ -41,11 +51,7 @@ TEST(GradScalerExtensionsTest, AReducerThatThrowsNeverMakesARetryUnscaleTwice) {
     torch::optim::SGD opt({w}, torch::optim::SGDOptions(1.0));
     GradScaler scaler(GradScalerOptions().init_scale(4.0));
     int calls = 0;
-    scaler.set_found_inf_reducer([&](at::Tensor&) {
-      if (++calls == 1) throw std::runtime_error("collective timed out");
-    });
-    scaler.scale(torch::ones({1}));
-    w.mutable_grad() = torch::full({3}, 8.0f);
+    start_with_a_reducer_that_throws_once(scaler, w, calls);
     if (explicit_unscale) {
       EXPECT_THROW(scaler.unscale_(opt), std::runtime_error);
       EXPECT_THROW(scaler.unscale_(opt), c10::Error);  // "already been called": no second division
@@ -82,11 +88,7 @@ TEST(GradScalerExtensionsTest, AReducerThatThrowsMakesAFusedRetryReduceOnce) {
     std::unique_ptr<torch::optim::Optimizer> opt = make(name, w);
     GradScaler scaler(GradScalerOptions().init_scale(4.0));
     int calls = 0;
-    scaler.set_found_inf_reducer([&](at::Tensor&) {
-      if (++calls == 1) throw std::runtime_error("collective timed out");
-    });
-    scaler.scale(torch::ones({1}));
-    w.mutable_grad() = torch::full({3}, 8.0f);
+    start_with_a_reducer_that_throws_once(scaler, w, calls);
     EXPECT_THROW(scaler.step(*opt), std::runtime_error);
     EXPECT_TRUE(torch::equal(w.detach(), torch::zeros({3}))) << "stepped before the reduction";
     scaler.step(*opt);  // the retry reduces once, then steps
