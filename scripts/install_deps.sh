@@ -5,12 +5,13 @@
 # Idempotent: packages already installed are left alone and apt is not touched at all.
 #
 # Usage: scripts/install_deps.sh [--cuda]
-#   --cuda (Debian 13 only; implied where libtorch-cuda-dev is installed): Debian's CUDA build of LibTorch 2.6 instead of the CPU one
-#   (libtorch-cuda-dev, python3-torch-cuda, libgloo-cuda-dev; they replace libtorch-dev,
-#   python3-torch and libgloo-dev), nvcc 12.4 (nvidia-cuda-toolkit, with g++-13 as its host
-#   compiler) and NCCL's headers (libnccl-dev). They are in Debian's contrib and non-free sections,
-#   which must be enabled in apt's sources. libtorch-cuda pulls nvidia-cudnn, a downloader that
-#   fetches cuDNN from NVIDIA's site once you accept its license (docs/install.md).
+#   --cuda (Debian 13 only; implied where libtorch-cuda-dev is installed): Debian's CUDA build of
+#   LibTorch 2.6 instead of the CPU one (libtorch-cuda-dev, python3-torch-cuda, libgloo-cuda-dev;
+#   they replace libtorch-dev, python3-torch and libgloo-dev), nvcc 12.4 (nvidia-cuda-toolkit,
+#   with g++-13 as its host compiler) and NCCL's headers (libnccl-dev). They are in Debian's
+#   contrib and non-free sections, which must be enabled in apt's sources. libtorch-cuda pulls
+#   nvidia-cudnn, a downloader that fetches cuDNN from NVIDIA's site once you accept its license
+#   (docs/install.md).
 set -euo pipefail
 
 codename=$( (. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") || true)

@@ -1,11 +1,12 @@
 // mixprec::AutocastGuard (include/mixprec/autocast.h): Python's torch.autocast __enter__/__exit__
 // over LibTorch's thread-local autocast state, for the 1.13 and the >= 2.4 function names.
 #include "mixprec/autocast.h"
-#include "mixprec/torch_version.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
+
+#include "mixprec/torch_version.h"
 
 namespace mixprec {
 namespace {

@@ -263,10 +263,11 @@ void compare_adam(bool decoupled, torch::Dtype dtype, const AdamCase& c) {
   }
 }
 
-#define SKIP_WITHOUT_PYTORCH_CPU_AMP()                                                         \
-  if (!MIXPREC_TORCH_CPU_AMP_KERNELS) {                                                          \
-    GTEST_SKIP() << "PyTorch's fused CPU optimizer kernels need LibTorch >= 2.4; this is "     \
-                    TORCH_VERSION " (the Debian 13 stage of scripts/test.sh runs these)";      \
+#define SKIP_WITHOUT_PYTORCH_CPU_AMP()                                                          \
+  if (!MIXPREC_TORCH_CPU_AMP_KERNELS) {                                                         \
+    GTEST_SKIP()                                                                                \
+        << "PyTorch's fused CPU optimizer kernels need LibTorch >= 2.4; this is " TORCH_VERSION \
+           " (the Debian 13 stage of scripts/test.sh runs these)";                              \
   }
 
 TEST(PyTorchReferenceOptimTest, AdamMatchesFusedAdam) {

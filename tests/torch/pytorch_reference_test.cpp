@@ -20,10 +20,10 @@
 
 #include "torch/test_util.h"
 
-#define SKIP_WITHOUT_PYTORCH_CPU_AMP()                                                         \
-  if (!MIXPREC_TORCH_CPU_AMP_KERNELS) {                                                          \
+#define SKIP_WITHOUT_PYTORCH_CPU_AMP()                                                          \
+  if (!MIXPREC_TORCH_CPU_AMP_KERNELS) {                                                         \
     GTEST_SKIP() << "PyTorch's CPU AMP and fused-optimizer kernels need LibTorch >= 2.4; this " \
-                    "is " TORCH_VERSION " (the Debian 13 stage of scripts/test.sh runs these)";  \
+                    "is " TORCH_VERSION " (the Debian 13 stage of scripts/test.sh runs these)"; \
   }
 
 namespace {
