@@ -20,7 +20,12 @@ if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
       -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH})
 else()
-  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
+  # add_subdirectory: no build type, which mixprec must not set in its parent; after_torch: Release.
+  set(build_type "")
+  if(MODE STREQUAL "add_subdirectory_after_torch")
+    set(build_type -DCMAKE_BUILD_TYPE=Release)
+  endif()
+  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} ${build_type}
       -DCONSUMER_MODE=${MODE} -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=${WITH_TORCH})
 endif()
 run(${CMAKE_COMMAND} --build ${build})
