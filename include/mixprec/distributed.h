@@ -3,6 +3,15 @@
 // LibTorch built with USE_DISTRIBUTED and mixprec built with MIXPREC_WITH_DISTRIBUTED.
 #pragma once
 
+// Set on mixprec::mixprec when its distributed code was built; without it a program would compile
+// and then fail to link. find_package(mixprec) says which was built: mixprec_WITH_DISTRIBUTED,
+// or find_package(mixprec REQUIRED COMPONENTS distributed).
+#ifndef MIXPREC_HAS_DISTRIBUTED
+#error "mixprec/distributed.h: this mixprec was built without its distributed code \
+(MIXPREC_WITH_DISTRIBUTED was OFF: a LibTorch without c10d, or turned off). Rebuild mixprec \
+with -DMIXPREC_WITH_DISTRIBUTED=ON against a LibTorch with c10d (docs/distributed.md)."
+#endif
+
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 

@@ -18,7 +18,8 @@ if(MODE STREQUAL "find_package")
   file(REMOVE_RECURSE ${prefix})
   run(${CMAKE_COMMAND} --install ${MIXPREC_BINARY_DIR} --prefix ${prefix})
   run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
-      -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH})
+      -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH}
+      -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED})
 else()
   # add_subdirectory: no build type, which mixprec must not set in its parent; after_torch: Release.
   set(build_type "")
@@ -26,11 +27,15 @@ else()
     set(build_type -DCMAKE_BUILD_TYPE=Release)
   endif()
   run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} ${build_type}
-      -DCONSUMER_MODE=${MODE} -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=${WITH_TORCH})
+      -DCONSUMER_MODE=${MODE} -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=${WITH_TORCH}
+      -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED})
 endif()
 run(${CMAKE_COMMAND} --build ${build})
 run(${build}/consumer_core)
 run(${build}/consumer_core_other_abi)
 if(WITH_TORCH)
   run(${build}/consumer_torch)
+endif()
+if(WITH_DISTRIBUTED)
+  run(${build}/consumer_distributed)
 endif()
