@@ -1,6 +1,7 @@
-# Script run by the packaging tests: installs mixprec (find_package mode) or points at its
-# sources (the add_subdirectory modes), then configures, builds and runs the consumer project
-# (consumer_core always, consumer_torch when mixprec was built with LibTorch).
+# Script run by the packaging tests: installs mixprec (find_package mode), makes an archive of its
+# sources (fetchcontent mode) or points at them (add_subdirectory_after_torch), then configures,
+# builds and runs the consumer project (consumer_core always, consumer_torch when mixprec was built
+# with LibTorch, consumer_distributed when with its distributed code).
 set(consumer_src ${CMAKE_CURRENT_LIST_DIR}/consumer)
 set(build ${WORK_DIR}/${MODE})
 set(prefix ${WORK_DIR}/prefix)
@@ -21,12 +22,23 @@ if(MODE STREQUAL "find_package")
       -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH}
       -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED})
 else()
-  # add_subdirectory: no build type, which mixprec must not set in its parent; after_torch: Release.
-  set(build_type "")
-  if(MODE STREQUAL "add_subdirectory_after_torch")
-    set(build_type -DCMAKE_BUILD_TYPE=Release)
+  # fetchcontent: an archive of mixprec's sources, as a release would be, and no build type, which
+  # mixprec must not set in its parent; add_subdirectory_after_torch: Release.
+  set(build_type -DCMAKE_BUILD_TYPE=Release)
+  set(archive "")
+  if(MODE STREQUAL "fetchcontent")
+    set(build_type "")
+    set(archive ${WORK_DIR}/mixprec-src.tar.gz)
+    file(REMOVE ${archive})
+    execute_process(COMMAND ${CMAKE_COMMAND} -E tar czf ${archive} CMakeLists.txt cmake include src
+                            tests examples bench
+                    WORKING_DIRECTORY ${MIXPREC_SOURCE_DIR} RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "could not make ${archive}")
+    endif()
+    set(archive -DMIXPREC_ARCHIVE=file://${archive})
   endif()
-  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} ${build_type}
+  run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} ${build_type} ${archive}
       -DCONSUMER_MODE=${MODE} -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=${WITH_TORCH}
       -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED})
 endif()
