@@ -138,11 +138,17 @@ std::string params_of(const std::string& out) {
   return pos == std::string::npos ? "" : out.substr(pos);
 }
 
+// Every rank exited 0 after `steps` steps; on failure, every rank's error is shown. Callers wrap
+// it in ASSERT_NO_FATAL_FAILURE: what follows reads those steps.
 void expect_all_ok(const std::vector<Rank>& ranks, int steps) {
+  bool ok = true;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    ASSERT_EQ(ranks[r].exit_code, 0) << "rank " << r << " error: " << ranks[r].err;
-    ASSERT_EQ(steps_of(ranks[r].out).size(), static_cast<std::size_t>(steps)) << ranks[r].out;
+    EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << " error: " << ranks[r].err;
+    EXPECT_EQ(steps_of(ranks[r].out).size(), static_cast<std::size_t>(steps)) << ranks[r].out;
+    ok = ok && ranks[r].exit_code == 0 &&
+         steps_of(ranks[r].out).size() == static_cast<std::size_t>(steps);
   }
+  ASSERT_TRUE(ok) << "not every rank ran its " << steps << " steps (above)";
 }
 
 constexpr int kTimeoutMs = 20000;  // c10d timeout of the runs that should succeed
@@ -154,7 +160,7 @@ TEST_P(DistributedTest, EveryRankSkipsWhenOneRankSeesInf) {
   SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const auto ranks = run_ranks("skip", world, "world", kTimeoutMs, kDeadline);
-  expect_all_ok(ranks, 8);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 8));
   for (int r = 0; r < world; ++r) {
     const auto steps = steps_of(ranks[r].out);
     for (int s = 0; s < 8; ++s) {
@@ -167,7 +173,7 @@ TEST_P(DistributedTest, ScalesEqualOnEveryRankAfterEveryUpdate) {
   SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const auto ranks = run_ranks("skip", world, "world", kTimeoutMs, kDeadline);
-  expect_all_ok(ranks, 8);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 8));
   const auto ref = steps_of(ranks[0].out);
   // init 1024, growth_interval 2: grows after two clean steps, backs off at steps 2 and 5.
   const char* expected[8] = {"0x1p+10", "0x1p+11", "0x1p+10", "0x1p+10",
@@ -186,7 +192,7 @@ TEST_P(DistributedTest, WithoutReducerRanksDisagree) {
   SKIP_WITHOUT_GLOO();
   const int world = GetParam();
   const auto ranks = run_ranks("skip", world, "none", kTimeoutMs, kDeadline);
-  expect_all_ok(ranks, 8);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 8));
   EXPECT_EQ(steps_of(ranks[0].out)[2].applied, 1);
   EXPECT_EQ(steps_of(ranks[world - 1].out)[2].applied, 0);
   EXPECT_NE(steps_of(ranks[0].out)[2].scale, steps_of(ranks[world - 1].out)[2].scale);
@@ -197,7 +203,7 @@ TEST_P(DistributedTest, DataParallelParamsEqualOnEveryRank) {
   const int world = GetParam();
   const int steps = 14;
   const auto ranks = run_ranks("ddp", world, "world", kTimeoutMs, kDeadline, steps);
-  expect_all_ok(ranks, steps);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, steps));
   const auto ref = steps_of(ranks[0].out);
   for (int s = 0; s < steps; ++s) {
     EXPECT_EQ(ref[s].applied, (s == 3 || s == 7 || s == 11) ? 0 : 1) << "step " << s;
@@ -215,7 +221,7 @@ TEST_P(DistributedTest, DataParallelWithoutReducerDiverges) {
   const int world = GetParam();
   const int steps = 10;
   const auto ranks = run_ranks("ddp", world, "none", kTimeoutMs, kDeadline, steps);
-  expect_all_ok(ranks, steps);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, steps));
   EXPECT_NE(params_of(ranks[world - 1].out), params_of(ranks[0].out));
 }
 
@@ -226,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DistributedTest, ::testing::Values(2, 4),
 TEST(DistributedGroupsTest, ReducesOverEachGroupInTurn) {
   SKIP_WITHOUT_GLOO();
   const auto ranks = run_ranks("groups", 4, "world", kTimeoutMs, kDeadline, 3);
-  expect_all_ok(ranks, 3);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 3));
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(steps_of(ranks[r].out)[1].applied, 0) << "rank " << r;
     EXPECT_EQ(steps_of(ranks[r].out)[2].applied, 1) << "rank " << r;
@@ -236,7 +242,7 @@ TEST(DistributedGroupsTest, ReducesOverEachGroupInTurn) {
 TEST(DistributedGroupsTest, OneGroupOnlyReachesItsOwnRanks) {
   SKIP_WITHOUT_GLOO();
   const auto ranks = run_ranks("groups", 4, "dp", kTimeoutMs, kDeadline, 3);
-  expect_all_ok(ranks, 3);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 3));
   const int expected[4] = {1, 1, 0, 0};  // rank 3's data pair is {2, 3}
   for (int r = 0; r < 4; ++r) EXPECT_EQ(steps_of(ranks[r].out)[1].applied, expected[r]) << r;
 }

@@ -130,6 +130,12 @@ int run(const Args& a) {
     auto pp_store = c10::make_intrusive<c10d::PrefixStore>("pp" + std::to_string(a.rank % 2), store);
     auto dp = mixprec::distributed::make_gloo_process_group(dp_store, a.rank % 2, 2, timeout);
     auto pp = mixprec::distributed::make_gloo_process_group(pp_store, a.rank / 2, 2, timeout);
+    // Gloo's rendezvous can return on one side of a pair before the other side has finished it:
+    // a rank that then trains (the "dp" reducer never uses pp) and exits could close its sockets
+    // under a peer still connecting ("Gloo connectFullMesh failed ... Connection closed by peer",
+    // seen once under load). A barrier over each group first: every group is whole on every rank.
+    dp->barrier()->wait();
+    pp->barrier()->wait();
     groups = a.reducer == "dp" ? std::vector<ProcessGroupPtr>{dp}
                                : std::vector<ProcessGroupPtr>{dp, pp};
   }
