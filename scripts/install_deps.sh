@@ -3,6 +3,10 @@
 # Knows Debian 12 (bookworm: LibTorch 1.13.1, GCC 12, clang 14) and Debian 13 (trixie: LibTorch
 # 2.6.0, GCC 14, clang 19); on anything else it stops with a message naming those two.
 # Idempotent: packages already installed are left alone and apt is not touched at all.
+# On Debian 12 it also puts Highway's pinned release in /var/cache/mixprec/highway-src, once (from
+# Debian 13's source package, through a private apt configuration that leaves the machine's alone:
+# scripts/lib/highway_source.sh), for the packaging test of the FetchContent fallback, which
+# cannot reach GitHub.
 #
 # Usage: scripts/install_deps.sh [--cuda]
 #   --cuda (Debian 13 only; implied where libtorch-cuda-dev is installed): Debian's CUDA build of
@@ -43,8 +47,9 @@ case $codename in
     fi
     # debootstrap: the test suite's LibTorch 2.6 stages make Debian 13 roots with it.
     # llvm-NN: llvm-symbolizer for the sanitizers; libc6-dbg (above): names for libc's frames.
+    # dpkg-dev: `apt-get source` (scripts/lib/highway_source.sh).
     PACKAGES=("${COMMON[@]}" libtorch-dev libgloo-dev
-      clang libclang-rt-14-dev libomp-14-dev llvm-14 debootstrap)
+      clang libclang-rt-14-dev libomp-14-dev llvm-14 debootstrap dpkg-dev)
     ;;
   trixie)
     # python3-torch(-cuda): the differential tests against torch.amp.GradScaler("cpu") and torch.load.
@@ -70,17 +75,19 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-if ((${#missing[@]} == 0)); then
-  exit 0
-fi
-
-echo "mixprec: installing ${missing[*]}"
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-$SUDO apt-get update -qq
-if ((cuda)) && ! apt-cache show libtorch-cuda-dev >/dev/null 2>&1; then
-  echo "mixprec: libtorch-cuda-dev is not in apt's sources: enable Debian's contrib and non-free" \
-    "sections (Components: main contrib non-free in /etc/apt/sources.list.d/debian.sources)" >&2
-  exit 2
+if ((${#missing[@]})); then
+  echo "mixprec: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  if ((cuda)) && ! apt-cache show libtorch-cuda-dev >/dev/null 2>&1; then
+    echo "mixprec: libtorch-cuda-dev is not in apt's sources: enable Debian's contrib and" \
+      "non-free sections (Components: main contrib non-free in" \
+      "/etc/apt/sources.list.d/debian.sources)" >&2
+    exit 2
+  fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [[ $codename == bookworm ]]; then
+  $SUDO bash "$(dirname "$0")/lib/highway_source.sh"  # a no-op when the archive is there
+fi
