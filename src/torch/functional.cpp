@@ -49,10 +49,13 @@ core::Device to_core_device(const c10::Device& device, const char* who) {
 core::TensorView to_view(const at::Tensor& t, const char* who) {
   TORCH_INTERNAL_ASSERT(t.numel() == 0 || t.is_non_overlapping_and_dense(), who,
                         ": a view needs a dense tensor");
+  // dtype and device first: their messages (docs/errors.md) must not depend on what data_ptr()
+  // of a tensor on another device (meta, ...) does in a given LibTorch.
+  const core::DType dtype = to_core_dtype(t.scalar_type(), who);
+  const core::Device device = to_core_device(t.device(), who);
   // A dense tensor covers exactly numel elements from its lowest address, which is data_ptr()
   // because LibTorch strides are never negative.
-  return {t.numel() == 0 ? nullptr : t.data_ptr(), t.numel(), to_core_dtype(t.scalar_type(), who),
-          to_core_device(t.device(), who)};
+  return {t.numel() == 0 ? nullptr : t.data_ptr(), t.numel(), dtype, device};
 }
 
 bool torch_cuda_built() {

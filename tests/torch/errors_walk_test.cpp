@@ -1,0 +1,551 @@
+// The walk of docs/errors.md: every row of its message tables is triggered through the public API,
+// and each message caught must contain the row's backticked fragments, in order. A row without a
+// trigger, a trigger without a row, and a trigger that throws nothing or another text all fail.
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cctype>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mixprec/core/kernels.h"
+#include "mixprec/core/loss_scaler.h"
+#include "mixprec/core/optim_kernels.h"
+#include "mixprec/mixprec.h"
+#include "torch/views.h"  // detail::torch_cuda_built(): which CUDA row applies to this build
+#ifdef MIXPREC_HAS_DISTRIBUTED
+#include "mixprec/distributed.h"
+#endif
+
+namespace mixprec {
+namespace {
+
+// ---- docs/errors.md ------------------------------------------------------------------------
+
+struct Row {
+  std::string cell;                    // the first column, as written
+  std::vector<std::string> fragments;  // its backticked texts, in order
+  int line = 0;
+};
+
+// The rows of every table whose header starts "| Message (contains) |".
+std::vector<Row> read_rows() {
+  std::ifstream in(MIXPREC_ERRORS_MD);
+  EXPECT_TRUE(in) << "cannot read " << MIXPREC_ERRORS_MD;
+  std::vector<Row> rows;
+  bool in_table = false;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.rfind("| Message (contains) |", 0) == 0) {
+      in_table = true;
+    } else if (!in_table || line.rfind("|---", 0) == 0) {
+      continue;
+    } else if (line.rfind("| ", 0) != 0) {
+      in_table = false;
+    } else {
+      Row row;
+      row.line = number;
+      bool code = false;
+      for (std::size_t i = 2; i < line.size() && (code || line[i] != '|'); ++i) {
+        row.cell += line[i];
+        if (line[i] == '`') {
+          code = !code;
+          if (code) row.fragments.emplace_back();
+        } else if (code) {
+          row.fragments.back() += line[i];
+        }
+      }
+      while (!row.cell.empty() && row.cell.back() == ' ') row.cell.pop_back();
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+bool is_word(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Whether `message` contains `fragment`, where "..." stands for any text and a lone N for a number.
+bool matches(const std::string& message, const std::string& fragment) {
+  std::string pattern;
+  for (std::size_t i = 0; i < fragment.size(); ++i) {
+    const char c = fragment[i];
+    if (fragment.compare(i, 3, "...") == 0) {
+      pattern += "[\\s\\S]*";
+      i += 2;
+    } else if (c == 'N' && (i == 0 || !is_word(fragment[i - 1])) &&
+               (i + 1 == fragment.size() || !is_word(fragment[i + 1]))) {
+      pattern += "[0-9]+";
+    } else {
+      if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos) pattern += '\\';
+      pattern += c;
+    }
+  }
+  return std::regex_search(message, std::regex(pattern));
+}
+
+// ---- triggers --------------------------------------------------------------------------------
+
+using Action = std::function<std::string()>;  // returns the message it provoked
+
+// The message `f` throws (without LibTorch's backtrace), or a note that it threw nothing.
+Action thrown(std::function<void()> f) {
+  return [f = std::move(f)]() -> std::string {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "<nothing was thrown>";
+  };
+}
+
+struct Trigger {
+  const char* name;             // the test's name
+  const char* row;              // the start of the row's first column: which row this triggers
+  std::vector<Action> actions;  // one per backticked fragment, in order
+  // Where the row does not apply (LibTorch version, build): nullptr, or a check of what happens
+  // instead; returns "" where the row applies, else why not (GTEST_SKIP when `skip` is set: such
+  // tests are in tests/expected_skips.txt).
+  std::function<std::string()> elsewhere = nullptr;
+  bool skip = false;
+};
+
+// A row that cannot be triggered here: its first column's start, why, and what covers it.
+struct Untriggerable {
+  const char* row;
+  const char* reason;
+};
+
+// One parameter with a grad, its optimizer, and a scaler.
+struct Model {
+  torch::Tensor w = torch::zeros({3}, torch::requires_grad());
+  torch::optim::SGD opt{std::vector<torch::Tensor>{torch::Tensor(w)}, torch::optim::SGDOptions(1)};
+  GradScaler scaler;
+  explicit Model(GradScalerOptions o = {}, bool scaled = true) : scaler(std::move(o)) {
+    w.mutable_grad() = torch::ones({3});
+    if (scaled) scaler.scale(torch::ones({1}));
+  }
+};
+
+torch::Tensor on_meta(std::int64_t n, torch::Dtype dtype = torch::kFloat) {
+  return torch::zeros(n < 0 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{n},
+                      torch::TensorOptions().dtype(dtype).device(torch::kMeta));
+}
+
+// A 0-dim tensor that says it is on cuda:0, with no memory: what a CPU-only LibTorch can make of
+// a CUDA tensor. mixprec must refuse it before reading it.
+torch::Tensor claims_cuda(c10::ScalarType dtype) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       at::DataPtr(nullptr, c10::Device(c10::kCUDA, 0)), nullptr, false);
+  torch::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA),
+      c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous({});
+  return t;
+}
+
+const core::Device kCpu{core::DeviceType::kCPU, -1};
+const core::Device kCuda0{core::DeviceType::kCUDA, 0};
+float buffer[8];  // never read or written: each core call below is refused before it runs
+core::TensorView view(core::DType dtype = core::DType::kFloat32, core::Device device = kCpu,
+                      std::int64_t numel = 8, void* data = buffer) {
+  return {data, numel, dtype, device};
+}
+core::SgdTensors sgd(core::TensorView param, core::TensorView grad, core::TensorView buf = {}) {
+  return {param, grad, buf};
+}
+core::AdamTensors adam(core::Device device, std::int64_t step = 1) {
+  const core::TensorView v = view(core::DType::kFloat32, device);
+  return {v, v, v, v, v, step};
+}
+Action fused_sgd(std::vector<core::SgdTensors> t, double momentum = 0.0) {
+  return thrown([t, momentum] {
+    core::SgdHyper h;
+    h.lr = 0.1;
+    h.momentum = momentum;
+    core::fused_sgd_(t.data(), t.size(), h, nullptr, nullptr);
+  });
+}
+Action fused_adam(std::vector<core::AdamTensors> t) {
+  return thrown(
+      [t] { core::fused_adam_(t.data(), t.size(), core::AdamHyper{}, nullptr, nullptr); });
+}
+
+Action scaler_with(GradScalerOptions o) {
+  return thrown([o] { GradScaler s(o); });
+}
+Action load_with(const char* key, c10::IValue value, bool erase = false) {
+  return thrown([=] {
+    auto sd = GradScaler(GradScalerOptions().hysteresis(2)).state_dict().copy();
+    if (erase)
+      EXPECT_EQ(sd.erase(key), 1u);
+    else
+      sd.insert_or_assign(key, value);
+    GradScaler(GradScalerOptions().init_scale(8)).load_state_dict(sd);
+  });
+}
+
+// Captures c10 warnings. LibTorch 2.0 made c10::Warning a class (1.13: a namespace) and moved the
+// handler functions to c10::WarningUtils.
+#if MIXPREC_TORCH_2
+namespace warning_utils = c10::WarningUtils;
+#else
+namespace warning_utils = c10::Warning;
+#endif
+struct WarningCapture : c10::WarningHandler {
+#if MIXPREC_TORCH_2
+  void process(const c10::Warning& w) override { text += w.msg(); }
+#else
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
+    text += msg;
+  }
+#endif
+  std::string text;
+};
+
+#ifdef MIXPREC_HAS_DISTRIBUTED
+// A process group whose collectives fail, as a Gloo or NCCL group's do when a peer died.
+struct DeadPeerGroup : c10d::ProcessGroup {
+  DeadPeerGroup() : c10d::ProcessGroup(/*rank=*/0, /*size=*/2) {}
+  const std::string getBackendName() const override { return "dead-peer"; }
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&,
+                                           const c10d::AllreduceOptions&) override {
+    throw std::runtime_error("Connection closed by peer");
+  }
+};
+#endif
+
+// An action on a fresh Model.
+Action on_model(std::function<void(Model&)> f, GradScalerOptions o = {}, bool scaled = true) {
+  return thrown([=] {
+    Model m(o, scaled);
+    f(m);
+  });
+}
+Action unscale_args(std::vector<torch::Tensor> grads, torch::Tensor found, torch::Tensor inv) {
+  return thrown([=]() mutable { non_finite_check_and_unscale_(grads, found, inv); });
+}
+Action update_args(torch::Tensor scale, torch::Tensor tracker, torch::Tensor found) {
+  return thrown([=]() mutable { update_scale_(scale, tracker, found, 2.0, 0.5, 1); });
+}
+// Saves a fused Adam over `saved` and loads it into one over `loaded`.
+Action adam_checkpoint(std::vector<torch::optim::OptimizerParamGroup> saved,
+                       std::vector<torch::Tensor> loaded) {
+  return thrown([=] {
+    std::stringstream archive;
+    torch::save(optim::Adam(saved), archive);
+    optim::Adam adam(loaded);
+    torch::load(adam, archive);
+  });
+}
+
+std::vector<Trigger> triggers() {
+  using core::DType;
+  using torch::ones;
+  using torch::zeros;
+  const std::vector<torch::Tensor> g{ones({4})};
+  const torch::Tensor f = zeros({}), inv = ones({}), meta = on_meta(-1);
+  std::vector<Trigger> t = {
+      {"ScaleIsNone",
+       "`Attempted unscale_ but _scale is None.",
+       {on_model([](Model& m) { m.scaler.unscale_(m.opt); }, {}, false),
+        on_model([](Model& m) { m.scaler.step(m.opt); }, {}, false),
+        on_model([](Model& m) { m.scaler.update(); }, {}, false)}},
+      {"UnscaleTwice", "`unscale_() has already been called", {on_model([](Model& m) {
+         m.scaler.unscale_(m.opt);
+         m.scaler.unscale_(m.opt);
+       })}},
+      {"UnscaleAfterStep", "`unscale_() is being called after step()", {on_model([](Model& m) {
+         m.scaler.step(m.opt);
+         m.scaler.unscale_(m.opt);
+       })}},
+      {"ThrowingReducerUnscalesOnce", "(no error) a found_inf reducer throws", {[] {
+         Model m(GradScalerOptions().init_scale(4.0), false);
+         int calls = 0;
+         m.scaler.set_found_inf_reducer([&calls](at::Tensor&) {
+           if (++calls == 1) throw std::runtime_error("collective timed out");
+         });
+         m.scaler.scale(ones({1}));
+         m.w.mutable_grad() = torch::full({3}, 8.0f);
+         EXPECT_THROW(m.scaler.unscale_(m.opt), std::runtime_error);
+         EXPECT_THROW(m.scaler.unscale_(m.opt), c10::Error);  // "already been called"
+         m.scaler.step(m.opt);  // reduces again, then steps on grads divided once
+         EXPECT_EQ(calls, 2);
+         EXPECT_TRUE(torch::equal(m.w.detach(), torch::full({3}, -2.0f)));
+         return std::string();
+       }}},
+      {"BackwardAfterAStep", "`one of the variables needed for gradient computation", {thrown([] {
+         torch::Tensor w = ones({3}, torch::requires_grad());
+         torch::Tensor y = (w * w).sum();
+         y.backward({}, /*retain_graph=*/true);
+         optim::SGD(std::vector<torch::Tensor>{w}, torch::optim::SGDOptions(0.1)).step();
+         y.backward();
+       })}},
+      {"Closure", "`Closure use is not currently supported", {on_model([](Model& m) {
+         m.scaler.step(m.opt, [] { return zeros({}); });
+       })}},
+      {"StepTwice", "`step() has already been called", {on_model([](Model& m) {
+         m.scaler.step(m.opt);
+         m.scaler.step(m.opt);
+       })}},
+      {"NoGrads", "`No inf checks were recorded for this optimizer.", {on_model([](Model& m) {
+         m.w.mutable_grad() = torch::Tensor();
+         m.scaler.step(m.opt);
+       })}},
+      {"UpdateWithoutStep",
+       "`No inf checks were recorded prior to update.",
+       {on_model([](Model& m) { m.scaler.update(); })}},
+      {"Fp16Grads", "`Attempting to unscale FP16 gradients.", {on_model([](Model& m) {
+         m.w.mutable_grad() = ones({3}, torch::kHalf);
+         m.scaler.step(m.opt);
+       })}},
+      {"NewScaleTensor", "`new_scale should be a float", {on_model([](Model& m) {
+         m.scaler.step(m.opt);
+         m.scaler.update(ones({2}));
+       })}},
+      {"EmptyStateDict", "`The source state dict is empty", {thrown([] {
+         GradScaler().load_state_dict(
+             c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
+       })}},
+      {"MalformedStateDict",
+       "`GradScaler.load_state_dict: missing key",
+       {load_with("growth_interval", {}, /*erase=*/true),
+        load_with("growth_factor", std::string("2")), load_with("_growth_tracker", 1.5)}},
+      {"InvalidOptions",
+       "`GradScaler: growth_factor must be > 1.0",
+       {scaler_with(GradScalerOptions().growth_factor(0.5)),
+        scaler_with(GradScalerOptions().backoff_factor(1.0)),
+        scaler_with(GradScalerOptions().growth_interval(0)),
+        scaler_with(GradScalerOptions().init_scale(0.0)),
+        scaler_with(GradScalerOptions().init_scale(1e300))}},
+      {"FunctionalArguments",
+       "`inv_scale must be a 1-element tensor.",
+       {unscale_args(g, f, ones({2})), unscale_args(g, zeros({}, torch::kDouble), inv),
+        update_args(ones({}), zeros({}), f),
+        update_args(ones({}, torch::kDouble), zeros({}, torch::kInt), f)}},
+      {"SparseGrads",
+       "`one of scaled_grads was not a strided tensor.",
+       {unscale_args({ones({4}).to_sparse()}, f, inv)}},
+      {"DevicesDiffer",
+       "`scaled_grads must be on the same device.",
+       {unscale_args({g[0], on_meta(4)}, f, inv), unscale_args(g, meta, inv)}},
+      {"IntegerGrads",
+       "`expected a float32, float64, float16 or bfloat16 tensor",
+       {unscale_args({ones({4}, torch::kInt)}, f, inv)}},
+      {"CudaTensorsWithoutCuda",
+       "`mixprec: got tensors on cuda:0, but this mixprec was built",
+       {update_args(claims_cuda(at::kFloat), claims_cuda(at::kInt), claims_cuda(at::kFloat))},
+       [] {
+         return std::string(detail::torch_cuda_built() ? "mixprec has CUDA kernels for tensors"
+                                                       : "");
+       },
+       /*skip=*/true},
+      {"CudaViewsWithoutCudaKernels",
+       "`got CUDA buffers, but this build of mixprec has no CUDA",
+       {thrown([] {
+         float found = 0, inv = 1;
+         core::non_finite_check_and_unscale_({view(DType::kFloat32, kCuda0)}, &found, &inv);
+       })},
+       [] {
+         return std::string(core::cuda_kernels_built() ? "mixprec::core has CUDA kernels" : "");
+       },
+       /*skip=*/true},
+      {"OtherDevices",
+       "`mixprec: got tensors on meta; only CPU and CUDA",
+       {update_args(meta, on_meta(-1, torch::kInt), meta), unscale_args({on_meta(4)}, meta, meta)}},
+      {"AutocastCpuFp16",
+       "`AutocastGuard: CPU autocast supports only torch.bfloat16",
+       {thrown([] { AutocastGuard guard(torch::kCPU, torch::kHalf); })},
+       [] {
+         if (!MIXPREC_TORCH_CPU_FP16_AUTOCAST) return std::string();
+         EXPECT_NO_THROW({ AutocastGuard guard(torch::kCPU, torch::kHalf); });  // instead
+         return std::string("LibTorch >= 2.2 has CPU autocast in fp16: AutocastGuard takes it");
+       }},
+      {"AutocastCudaDtype", "`AutocastGuard: CUDA autocast supports torch.float16 and", {thrown([] {
+         AutocastGuard guard(torch::kCUDA, torch::kDouble);
+       })}},
+      {"AutocastDevice", "`AutocastGuard: device_type must be CPU or CUDA", {thrown([] {
+         AutocastGuard guard(torch::kMeta);
+       })}},
+      {"AutocastCudaWithoutDevice",
+       "warning `User provided device_type of 'cuda'",
+       {[] {
+         WarningCapture capture;
+         const warning_utils::WarningHandlerGuard handler(&capture);
+         const warning_utils::WarnAlways every_time;  // the guard warns once per process
+         AutocastGuard guard(torch::kCUDA);
+         EXPECT_FALSE(guard.enabled());
+         return capture.text;
+       }},
+       [] {
+         if (!torch::cuda::is_available()) return std::string();
+         EXPECT_TRUE(AutocastGuard(torch::kCUDA).enabled());  // what it does instead
+         return std::string("a CUDA device is present: CUDA autocast is on");
+       }},
+      {"LossScalerUpdate", "`LossScaler: No inf checks", {thrown([] {
+         core::LossScaler().update();
+       })}},
+      {"LossScalerCuda", "`LossScaler: unscale_ takes CPU buffers only", {thrown([] {
+         core::LossScaler().unscale_({view(DType::kFloat32, kCuda0)});
+       })}},
+      {"ExtendedOptions",
+       "`GradScaler: hysteresis must be >= 1",
+       {scaler_with(GradScalerOptions().hysteresis(0)),
+        scaler_with(GradScalerOptions().min_scale(8).max_scale(4)),
+        scaler_with(GradScalerOptions().at_min_scale(AtMinScale::kCallback)),
+        scaler_with(GradScalerOptions().history_size(-1)),
+        scaler_with(GradScalerOptions().min_scale(-1)),
+        scaler_with(GradScalerOptions().max_scale(0))}},
+      {"OnEventEmpty", "`GradScaler::on_event: the callback is empty", {thrown([] {
+         GradScaler().on_event(nullptr);
+       })}},
+      {"OverflowAtMinScale",
+       "`GradScaler: the gradients overflowed while",
+       {on_model(
+           [](Model& m) {
+             m.w.mutable_grad() = torch::full({3}, std::numeric_limits<float>::infinity());
+             m.scaler.step(m.opt);
+             m.scaler.update();
+           },
+           GradScalerOptions().init_scale(1).min_scale(1).at_min_scale(AtMinScale::kThrow))}},
+      {"ExtendedStateDict",
+       "`load_state_dict: \"scale\" must be finite",
+       {load_with("scale", 0.0), load_with("_growth_tracker", std::int64_t{-1}),
+        load_with("mixprec_format", std::int64_t{99}), load_with("_counters", std::string("x"))}},
+      {"OptimizerOptions",
+       "`Invalid learning rate`",
+       {thrown([=] { optim::SGD(g, torch::optim::SGDOptions(-1)); }), thrown([=] {
+          optim::Adam(g, torch::optim::AdamOptions().betas({1.5, 0.999}));
+        })}},
+      {"OptimizerCheckpoint",
+       "`loaded state dict has a different number of parameter groups",
+       {adam_checkpoint({g, std::vector<torch::Tensor>{ones({2})}}, g),
+        adam_checkpoint({g}, {ones({4}), ones({2})})}},
+      {"FusedSparse", "`... does not support sparse gradients", {thrown([] {
+         torch::Tensor w = ones({4});
+         w.mutable_grad() = ones({4}).to_sparse();
+         optim::Adam(std::vector<torch::Tensor>{w}).step();
+       })}},
+      {"FusedCudaHalf",
+       "`fused_sgd_: parameter N: param is float16;",
+       {fused_sgd({sgd(view(DType::kFloat16, kCuda0), view(DType::kFloat16, kCuda0))})}},
+      {"FusedViews",
+       "`fused_sgd_: parameter N: grad is float16 but",
+       {fused_sgd({sgd(view(), view(DType::kFloat16))}),
+        fused_sgd({sgd(view(), view(DType::kFloat32, kCpu, 7))}),
+        fused_sgd({sgd(view(), view(DType::kFloat32, kCpu, 8, nullptr))}),
+        fused_sgd({sgd(view(), view(), view(DType::kFloat32, kCuda0))}, /*momentum=*/0.9)}},
+      {"FusedDevices",
+       "`fused_adam_: all parameters must be on one device",
+       {fused_adam({adam(kCpu), adam(kCuda0)})}},
+      {"FusedStepCount",
+       "`fused_adam_: parameter N: CUDA parameters need a device step_count",
+       {fused_adam({adam(kCuda0)}),
+        fused_sgd({sgd(view(DType::kFloat32, kCuda0), view(DType::kFloat32, kCuda0),
+                       view(DType::kFloat32, kCuda0))},
+                  /*momentum=*/0.9),
+        fused_adam({adam(kCpu, /*step=*/0)})}},
+#ifdef MIXPREC_HAS_DISTRIBUTED
+      {"AllReduceFails",
+       "`mixprec::distributed: all-reduce (MAX) of found_inf",
+       {on_model([](Model& m) {
+         m.scaler.set_found_inf_reducer(
+             distributed::found_inf_reducer(c10::make_intrusive<DeadPeerGroup>()));
+         m.scaler.step(m.opt);
+       })}},
+      {"ReducerArguments",
+       "`mixprec::distributed::found_inf_reducer: needs at least one",
+       {thrown([] { distributed::found_inf_reducer(std::vector<distributed::ProcessGroupPtr>{}); }),
+        thrown([] { distributed::found_inf_reducer(distributed::ProcessGroupPtr()); })}},
+#endif
+  };
+  return t;
+}
+
+// Rows that no trigger can reach in this build, each with its reason and the test that covers it.
+std::vector<Untriggerable> untriggerable() {
+  return {
+#ifndef MIXPREC_HAS_DISTRIBUTED
+      {"`mixprec::distributed: all-reduce (MAX) of found_inf",
+       "mixprec was built without its distributed code; DistributedTest (label dist) covers it"},
+      {"`mixprec::distributed::found_inf_reducer: needs at least one",
+       "mixprec was built without its distributed code"},
+#endif
+  };
+}
+
+// The index of the row whose first column starts with `start`, or -1; fails unless exactly one.
+int find_row(const std::vector<Row>& rows, const std::string& start) {
+  int found = -1, count = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].cell.rfind(start, 0) == 0) found = static_cast<int>(i), ++count;
+  }
+  EXPECT_LE(count, 1) << "several rows of docs/errors.md start with " << start;
+  return found;
+}
+
+TEST(ErrorsWalkTest, EveryRowOfErrorsMdHasATrigger) {
+  const std::vector<Row> rows = read_rows();
+  EXPECT_GE(rows.size(), 30u) << "docs/errors.md's tables were not found";
+  std::vector<int> covered(rows.size(), 0);
+  for (const Trigger& t : triggers()) {
+    const int i = find_row(rows, t.row);
+    if (i >= 0) ++covered[i];  // a trigger without a row fails its own test
+  }
+  for (const Untriggerable& u : untriggerable()) {
+    const int i = find_row(rows, u.row);
+    EXPECT_GE(i, 0) << "listed as untriggerable but not in docs/errors.md: " << u.row;
+    if (i >= 0) ++covered[i];
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(covered[i], 1) << "docs/errors.md:" << rows[i].line << ": " << rows[i].cell
+                             << "\nneeds exactly one trigger in tests/torch/errors_walk_test.cpp";
+  }
+}
+
+class ErrorsWalkRowTest : public ::testing::TestWithParam<Trigger> {};
+
+TEST_P(ErrorsWalkRowTest, IsTriggered) {
+  const Trigger& t = GetParam();
+  const std::vector<Row> rows = read_rows();
+  const int i = find_row(rows, t.row);
+  ASSERT_GE(i, 0) << "no row of docs/errors.md starts with " << t.row
+                  << ": remove this trigger, or fix its row's start";
+  const Row& row = rows[i];
+  if (t.elsewhere) {
+    const std::string why_not = t.elsewhere();
+    if (!why_not.empty() && t.skip) GTEST_SKIP() << why_not;
+    if (!why_not.empty()) return;  // `elsewhere` checked what happens instead
+  }
+  const bool behaviour = row.cell.rfind("(no error)", 0) == 0;
+  if (!behaviour) {
+    ASSERT_EQ(t.actions.size(), row.fragments.size())
+        << "docs/errors.md:" << row.line << " has " << row.fragments.size()
+        << " fragments; the trigger needs one action per fragment";
+  }
+  for (std::size_t k = 0; k < t.actions.size(); ++k) {
+    const std::string message = t.actions[k]();
+    if (behaviour) continue;  // the action checks the behaviour itself
+    EXPECT_TRUE(matches(message, row.fragments[k]))
+        << "docs/errors.md:" << row.line << ", fragment " << k + 1 << " of " << row.fragments.size()
+        << "\n  documented: " << row.fragments[k] << "\n  got:        " << message;
+  }
+}
+
+void PrintTo(const Trigger& t, std::ostream* os) { *os << t.name; }
+
+INSTANTIATE_TEST_SUITE_P(ErrorsMd, ErrorsWalkRowTest, ::testing::ValuesIn(triggers()),
+                         [](const ::testing::TestParamInfo<Trigger>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace mixprec
