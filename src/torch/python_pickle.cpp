@@ -31,7 +31,9 @@ struct Op {
 // argument tuple that follows it (not written out), a dict made from them, or anything else.
 enum class Kind { kOther, kOrderedDictClass, kEmptyArgs, kDict };
 
-constexpr char kMark = '(', kEmptyTuple = ')', kEmptyDict = '}', kSetItem = 's', kReduce = 'R',
+constexpr char kMark = '(', kEmptyTuple = ')', kEmptyDict = '}', kSetItem = 's', kSetItems = 'u',
+               kAppend = 'a', kAppends = 'e',
+               kReduce = 'R',
                kBuild = 'b', kGlobal = 'c', kFrame = '\x95', kStop = '.';
 
 // Pickle protocols 0 to 5, as CPython's pickletools lists them.
@@ -139,11 +141,30 @@ class Walk {
       return true;
     }
     if (code == kBuild && stack_.size() >= 2 && below_top() == Kind::kDict) {
-      // dict, state -> dict, key, state, SETITEM (LibTorch's unpickler has no POP): the
+      // dict, state -> dict, MARK, key, state, SETITEMS (LibTorch's unpickler has no POP): the
       // attributes go under kDroppedStateKey, which the caller removes.
-      out_.insert(stack_.back().start, binunicode(kDroppedStateKey));
+      out_.insert(stack_.back().start, kMark + binunicode(kDroppedStateKey));
       stack_.pop_back();
-      out_ += kSetItem;
+      out_ += kSetItems;
+      return true;
+    }
+    if (code == kAppend && stack_.size() >= 2) {
+      // list, value, APPEND -> list, MARK, value, APPENDS: LibTorch 1.13's unpickler lacks
+      // APPEND too (Python writes it for a list of one item).
+      check_plain(stack_.size() - 1);
+      out_.insert(stack_.back().start, 1, kMark);
+      stack_.pop_back();
+      out_ += kAppends;
+      return true;
+    }
+    if (code == kSetItem && stack_.size() >= 3) {
+      // dict, key, value, SETITEM -> dict, MARK, key, value, SETITEMS: LibTorch 1.13's
+      // unpickler has no SETITEM, which Python writes for a dict of one item.
+      check_plain(stack_.size() - 1);
+      check_plain(stack_.size() - 2);
+      out_.insert(stack_[stack_.size() - 2].start, 1, kMark);
+      stack_.resize(stack_.size() - 2);
+      out_ += kSetItems;
       return true;
     }
     return false;

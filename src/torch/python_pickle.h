@@ -14,8 +14,10 @@ namespace mixprec::detail {
 // there as a tensor's empty backward hooks), so the SETITEMS that follow fail ("Expected
 // GenericDict but got None"). plain_dicts() rewrites the opcode stream, not the values: each
 // `OrderedDict()` becomes EMPTY_DICT; the BUILD that would set its attributes (`_metadata`: module
-// versions) becomes a SETITEM under kDroppedStateKey (LibTorch's unpickler has no POP), which
-// the caller removes from the result; FRAME hints are dropped since lengths change. Every other opcode is copied as it is, so the unpickler sees exactly
+// versions) becomes a SETITEMS under kDroppedStateKey (LibTorch's unpickler has no POP), which
+// the caller removes from the result; FRAME hints are dropped since lengths change. SETITEM (a
+// dict of one item) becomes MARK ... SETITEMS and APPEND MARK ... APPENDS, since LibTorch
+// 1.13's unpickler lacks both. Every other opcode is copied as it is, so the unpickler sees exactly
 // the dicts Python saw, in their order. The walk tracks the stack to know which value a BUILD
 // applies to; an OrderedDict built any other way is refused rather than misread.
 

@@ -1,0 +1,301 @@
+// mixprec::save_checkpoint / load_checkpoint and the state_dict converters
+// (include/mixprec/checkpoint.h) on every LibTorch: a checkpoint written by Python 2.6 loads with
+// PyTorch's own values, a C++ round trip resumes bit for bit, bad checkpoints change nothing.
+// The live exchange with Python is tests/python/checkpoint_interop.py (label python).
+#include <caffe2/serialize/inline_container.h>
+#include <gtest/gtest.h>
+#include <mixprec/mixprec.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+using torch::Tensor;
+
+std::string fixture(const std::string& name) { return std::string(MIXPREC_FIXTURES_DIR) + "/" + name; }
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "mixprec_checkpoint_test_" + name;
+}
+
+// The fixture's model: Linear(3, 4, bias=False) -> BatchNorm1d(4) -> ReLU -> Linear(4, 2).
+torch::nn::Sequential small_model() {
+  return torch::nn::Sequential(torch::nn::Linear(torch::nn::LinearOptions(3, 4).bias(false)),
+                               torch::nn::BatchNorm1d(4), torch::nn::ReLU(),
+                               torch::nn::Linear(4, 2));
+}
+
+// tests/fixtures/python_checkpoint_expected.txt: "<key> <numbers...>" per line.
+std::map<std::string, std::vector<double>> expected_values() {
+  std::ifstream in(fixture("python_checkpoint_expected.txt"));
+  std::map<std::string, std::vector<double>> values;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    for (double v = 0; words >> v;) values[key].push_back(v);
+  }
+  return values;
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  const Tensor flat = t.detach().to(torch::kDouble).reshape(-1).contiguous();
+  return std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+}
+
+// A string literal's bytes, NULs included.
+template <std::size_t N>
+std::string bytes(const char (&literal)[N]) {
+  return std::string(literal, N - 1);
+}
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+void train(torch::nn::Sequential& model, torch::optim::Optimizer& opt,
+           mixprec::GradScaler& scaler, int steps, int seed) {
+  torch::manual_seed(seed);
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    scaler.scale(model->forward(torch::randn({5, 3})).square().mean()).backward();
+    scaler.step(opt);
+    scaler.update();
+  }
+}
+
+// Every parameter and buffer, and every optimizer state tensor, cloned.
+std::vector<Tensor> snapshot(const torch::nn::Module& model, const torch::optim::Optimizer& opt) {
+  std::vector<Tensor> all;
+  for (const auto& item : mixprec::module_state_dict(model)) {
+    all.push_back(item.value().toTensor().clone());
+  }
+  const auto optimizer = mixprec::optimizer_state_dict(opt);
+  for (const auto& state : optimizer.at("state").toGenericDict()) {
+    for (const auto& entry : state.value().toGenericDict()) {
+      all.push_back(entry.value().toTensor().clone());
+    }
+  }
+  return all;
+}
+
+void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "entry " << i;
+}
+
+TEST(CheckpointTest, APythonCheckpointLoadsWithPyTorchsOwnValues) {
+  // LibTorch's own loader cannot read it: model.state_dict() is an OrderedDict.
+  EXPECT_ANY_THROW(torch::pickle_load(read_bytes(fixture("python_checkpoint.pt"))));
+
+  torch::nn::Sequential model = small_model();
+  mixprec::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.5));
+  mixprec::GradScaler scaler;
+  mixprec::load_checkpoint(fixture("python_checkpoint.pt"), *model, opt, scaler);
+
+  const auto expected = expected_values();
+  for (const auto& item : mixprec::module_state_dict(*model)) {
+    EXPECT_EQ(values_of(item.value().toTensor()), expected.at("model." + item.key().toStringRef()))
+        << item.key().toStringRef();
+  }
+  const auto params = model->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto* state = dynamic_cast<const torch::optim::AdamParamState*>(find_state(opt, params[i]));
+    ASSERT_NE(state, nullptr) << "parameter " << i;
+    const std::string key = "adam." + std::to_string(i) + ".";
+    EXPECT_EQ(static_cast<double>(state->step()), expected.at(key + "step")[0]);
+    EXPECT_EQ(values_of(state->exp_avg()), expected.at(key + "exp_avg"));
+    EXPECT_EQ(values_of(state->exp_avg_sq()), expected.at(key + "exp_avg_sq"));
+  }
+  EXPECT_EQ(opt.param_groups()[0].options().get_lr(), expected.at("lr")[0]);
+  EXPECT_EQ(scaler.get_scale(), expected.at("scale")[0]);
+  EXPECT_EQ(scaler.state_dict().at("_growth_tracker").toInt(), expected.at("growth_tracker")[0]);
+}
+
+// Saved, loaded into objects built unlike them, trained on: bit for bit the uninterrupted run.
+template <typename Optimizer, typename Options>
+void expect_round_trip_resumes(Options options, Options other) {
+  torch::manual_seed(1);
+  torch::nn::Sequential model = small_model();
+  Optimizer opt(model->parameters(), options);
+  mixprec::GradScaler scaler(mixprec::GradScalerOptions().init_scale(256).growth_interval(2));
+  train(model, opt, scaler, 5, 10);
+  const std::string path = temp_path("round_trip.pt");
+  mixprec::save_checkpoint(path, *model, opt, scaler);
+
+  torch::manual_seed(2);
+  torch::nn::Sequential resumed = small_model();
+  Optimizer resumed_opt(resumed->parameters(), other);
+  mixprec::GradScaler resumed_scaler;
+  mixprec::load_checkpoint(path, *resumed, resumed_opt, resumed_scaler);
+  std::remove(path.c_str());
+  expect_same(snapshot(*resumed, resumed_opt), snapshot(*model, opt));
+
+  train(model, opt, scaler, 4, 20);
+  train(resumed, resumed_opt, resumed_scaler, 4, 20);
+  expect_same(snapshot(*resumed, resumed_opt), snapshot(*model, opt));
+  EXPECT_EQ(resumed_scaler.get_scale(), scaler.get_scale());
+  EXPECT_TRUE(resumed_scaler.state_dict() == scaler.state_dict());
+}
+
+TEST(CheckpointTest, ARoundTripResumesBitForBit) {
+  using torch::optim::AdamOptions;
+  using torch::optim::AdamWOptions;
+  using torch::optim::SGDOptions;
+  expect_round_trip_resumes<torch::optim::SGD>(SGDOptions(0.05).momentum(0.9).nesterov(true),
+                                               SGDOptions(0.7));
+  expect_round_trip_resumes<torch::optim::Adam>(AdamOptions(0.01), AdamOptions(0.3));
+  expect_round_trip_resumes<mixprec::optim::Adam>(AdamOptions(0.01).weight_decay(0.1),
+                                                  AdamOptions(0.3));
+  expect_round_trip_resumes<mixprec::optim::AdamW>(AdamWOptions(0.01).amsgrad(true),
+                                                   AdamWOptions(0.3));
+  expect_round_trip_resumes<mixprec::optim::SGD>(SGDOptions(0.05).momentum(0.5), SGDOptions(0.7));
+}
+
+TEST(CheckpointTest, OptimizerStateDictsHavePythonsKeys) {
+  // PyTorch 2.6's optimizer.state_dict() keys (torch/optim/adam.py and sgd.py).
+  const std::vector<std::string> adam = {"lr", "betas", "eps", "weight_decay", "amsgrad",
+                                         "maximize", "foreach", "capturable", "differentiable",
+                                         "fused", "params"};
+  const std::vector<std::string> sgd = {"lr", "momentum", "dampening", "weight_decay", "nesterov",
+                                        "maximize", "foreach", "differentiable", "fused", "params"};
+  auto keys = [](const c10::impl::GenericDict& sd) {
+    std::vector<std::string> out;
+    for (const auto& e : sd.at("param_groups").toListRef()[0].toGenericDict()) {
+      out.push_back(e.key().toStringRef());
+    }
+    return out;
+  };
+  torch::nn::Sequential model = small_model();
+  mixprec::optim::Adam adam_opt(model->parameters());
+  torch::optim::SGD sgd_opt(model->parameters(), 0.1);
+  EXPECT_EQ(keys(mixprec::optimizer_state_dict(adam_opt)), adam);
+  EXPECT_EQ(keys(mixprec::optimizer_state_dict(sgd_opt)), sgd);
+  const auto group = mixprec::optimizer_state_dict(adam_opt).at("param_groups").toListRef()[0];
+  EXPECT_TRUE(group.toGenericDict().at("betas").isTuple());
+  EXPECT_EQ(group.toGenericDict().at("params").toListRef().size(), 5u);
+
+  torch::optim::RMSprop rmsprop(model->parameters());
+  EXPECT_THROW_WITH(mixprec::optimizer_state_dict(rmsprop), "only SGD, Adam and AdamW");
+}
+
+TEST(CheckpointTest, ABadCheckpointIsRefusedAndChangesNothing) {
+  torch::manual_seed(1);
+  torch::nn::Sequential model = small_model();
+  mixprec::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.01));
+  mixprec::GradScaler scaler;
+  train(model, opt, scaler, 2, 3);
+  const std::string path = temp_path("bad.pt");
+  mixprec::save_checkpoint(path, *model, opt, scaler);
+  train(model, opt, scaler, 1, 4);  // now unlike the file
+  const auto before = snapshot(*model, opt);
+  const double scale_before = scaler.get_scale();
+  auto expect_unchanged = [&] {
+    expect_same(snapshot(*model, opt), before);
+    EXPECT_EQ(scaler.get_scale(), scale_before);
+  };
+
+  torch::nn::Sequential wider(torch::nn::Linear(torch::nn::LinearOptions(3, 5).bias(false)),
+                              torch::nn::BatchNorm1d(5));
+  EXPECT_THROW_WITH(mixprec::load_module_state_dict(*wider, mixprec::module_state_dict(*model)),
+                    "size mismatch for 0.weight: copying a param with shape [4, 3] from "
+                    "checkpoint, the shape in current model is [5, 3].");
+  auto sd = mixprec::module_state_dict(*model);
+  sd.insert("extra.weight", torch::zeros({1}));
+  (void)sd.erase("3.bias");
+  EXPECT_THROW_WITH(mixprec::load_module_state_dict(*model, sd),
+                    "Error(s) in loading state_dict for torch::nn::Sequential");  // ...Impl on 1.13
+  EXPECT_THROW_WITH(mixprec::load_module_state_dict(*model, sd),
+                    ":\n\tMissing key(s) in state_dict: \"3.bias\".\n\tUnexpected key(s) in "
+                    "state_dict: \"extra.weight\".");
+  expect_unchanged();
+
+  // A checkpoint of two param groups into one; an SGD checkpoint into Adam; maximize=True.
+  mixprec::optim::Adam two_groups({torch::optim::OptimizerParamGroup(model->parameters()),
+                                   torch::optim::OptimizerParamGroup({torch::ones({1})})});
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(opt, mixprec::optimizer_state_dict(two_groups)),
+                    "loaded state dict has a different number of parameter groups");
+  expect_unchanged();
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train(model, sgd, scaler, 1, 5);  // SGD now has momentum buffers (model and scaler change)
+  const auto sgd_dict = mixprec::optimizer_state_dict(sgd);
+  const auto after_sgd = snapshot(*model, opt);
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(opt, sgd_dict), "has no \"step\"");
+  auto maximize = mixprec::optimizer_state_dict(opt);
+  maximize.at("param_groups").toListRef()[0].toGenericDict().insert_or_assign("maximize", true);
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(opt, maximize), "maximize=True");
+  expect_same(snapshot(*model, opt), after_sgd);
+
+  // A scaler entry that fails its own checks: the model and optimizer stay as they were too.
+  torch::nn::Sequential other = small_model();
+  mixprec::optim::Adam other_opt(other->parameters());
+  mixprec::GradScaler other_scaler;
+  const auto other_before = snapshot(*other, other_opt);
+  c10::impl::GenericDict ckpt(c10::StringType::get(), c10::AnyType::get());
+  auto bad_scaler = scaler.state_dict();
+  bad_scaler.insert_or_assign("scale", -1.0);
+  ckpt.insert("model", mixprec::module_state_dict(*model));
+  ckpt.insert("optimizer", mixprec::optimizer_state_dict(opt));
+  ckpt.insert("scaler", bad_scaler);
+  const std::vector<char> bytes = mixprec::pickle_save_untagged(ckpt);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_THROW_WITH(mixprec::load_checkpoint(path, *other, other_opt, other_scaler),
+                    "\"scale\" must be finite and > 0");
+  expect_same(snapshot(*other, other_opt), other_before);
+  EXPECT_THROW_WITH(mixprec::load_checkpoint(temp_path("missing.pt"), *other, other_opt, other_scaler),
+                    "mixprec::load_checkpoint: cannot open");
+  std::remove(path.c_str());
+}
+
+TEST(CheckpointTest, PythonOnlyKeysAreIgnoredAndNumbersMayBeIntsOrTensors) {
+  torch::nn::Sequential model = small_model();
+  mixprec::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(0.01));
+  auto sd = mixprec::optimizer_state_dict(opt);
+  auto group = sd.at("param_groups").toListRef()[0].toGenericDict();
+  group.insert_or_assign("initial_lr", 0.02);  // an LR scheduler's
+  group.insert_or_assign("foreach", true);
+  group.insert_or_assign("weight_decay", 0);                      // Python's int default
+  group.insert_or_assign("lr", torch::full({}, 0.25, torch::kDouble));  // lr as a tensor
+  mixprec::load_optimizer_state_dict(opt, sd);
+  const auto& options = static_cast<const torch::optim::AdamOptions&>(opt.param_groups()[0].options());
+  EXPECT_EQ(options.lr(), 0.25);
+  EXPECT_EQ(options.weight_decay(), 0.0);
+}
+
+// Pickles LibTorch's unpickler would misread are refused with mixprec's message.
+TEST(CheckpointTest, UnsupportedOrTruncatedPicklesAreRefused) {
+  auto archive = [](const std::string& pickle) {
+    std::vector<char> bytes;
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
+      bytes.insert(bytes.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+      return size;
+    });
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer.writeEndOfFile();
+    return bytes;
+  };
+  // The OrderedDict class itself as the value (not called).
+  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02" "ccollections\nOrderedDict\nq\x00."))),
+                    "builds a collections.OrderedDict in a way mixprec does not read");
+  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02X\x05\x00\x00\x00" "ab"))),
+                    "the pickle is truncated");
+  // (OrderedDict(a=1), OrderedDict()), the class memoized and fetched again, as Python writes it.
+  const c10::IValue value = mixprec::pickle_load(archive(bytes(
+      "\x80\x02(ccollections\nOrderedDict\nq\x00)RX\x01\x00\x00\x00" "aK\x01sh\x00)Rt.")));
+  ASSERT_TRUE(value.isTuple());
+  EXPECT_EQ(value.toTupleRef().elements()[0].toGenericDict().at("a").toInt(), 1);
+  EXPECT_TRUE(value.toTupleRef().elements()[1].toGenericDict().empty());
+}
+
+}  // namespace
