@@ -76,6 +76,15 @@ foreach(f IN LISTS config_files)
 endforeach()
 
 # ---- mixprec against it, installed; a consumer of the package --------------------------------
+# Each configure must take the copy's config (Torch_DIR), checked before anything is built.
+function(check_torch_dir build_dir)
+  file(STRINGS ${build_dir}/CMakeCache.txt torch_dir REGEX "^Torch_DIR:[A-Z]+=")
+  string(REGEX REPLACE "^Torch_DIR:[A-Z]+=" "" torch_dir "${torch_dir}")
+  if(NOT torch_dir STREQUAL "${libtorch}/share/cmake/Torch")
+    message(FATAL_ERROR "${build_dir} took Torch_DIR=${torch_dir}, not the copy's "
+                        "${libtorch}/share/cmake/Torch")
+  endif()
+endfunction()
 # Only what the check needs: mixprec::core and mixprec::mixprec (no tests, examples, benchmarks,
 # distributed code or CUDA kernels).
 set(build ${work}/mixprec-build)
@@ -83,22 +92,17 @@ set(prefix ${work}/prefix)
 run(${CMAKE_COMMAND} -S ${MIXPREC_SOURCE_DIR} -B ${build} -G ${GENERATOR}
     -DCMAKE_PREFIX_PATH=${libtorch} -DMIXPREC_BUILD_TESTS=OFF -DMIXPREC_BUILD_EXAMPLES=OFF
     -DMIXPREC_BUILD_BENCHMARKS=OFF -DMIXPREC_WITH_DISTRIBUTED=OFF -DMIXPREC_WITH_CUDA=OFF)
+check_torch_dir(${build})
 run(${CMAKE_COMMAND} --build ${build})
 run(${CMAKE_COMMAND} --install ${build} --prefix ${prefix})
 set(consumer ${work}/consumer-build)
 run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/consumer -B ${consumer} -G ${GENERATOR}
     "-DCMAKE_PREFIX_PATH=${prefix}\;${libtorch}" -DCONSUMER_MODE=find_package -DWITH_TORCH=ON
     -DWITH_CUDA=OFF -DWITH_DISTRIBUTED=OFF)
+check_torch_dir(${consumer})
 run(${CMAKE_COMMAND} --build ${consumer})
 
-# ---- the copy was used -----------------------------------------------------------------------
-# 1. Both projects' Torch_DIR is the copy's config.
-foreach(cache ${build}/CMakeCache.txt ${consumer}/CMakeCache.txt)
-  file(STRINGS ${cache} torch_dir REGEX "^Torch_DIR:PATH=")
-  if(NOT torch_dir STREQUAL "Torch_DIR:PATH=${libtorch}/share/cmake/Torch")
-    message(FATAL_ERROR "${cache}: ${torch_dir}, not ${libtorch}/share/cmake/Torch")
-  endif()
-endforeach()
+# ---- the copy was used (its config: check_torch_dir above) -----------------------------------
 # 2. LibTorch's headers were compiled from the copy's include folder, none from /usr/include.
 find_program(NINJA ninja)
 if(GENERATOR STREQUAL "Ninja" AND NINJA)
