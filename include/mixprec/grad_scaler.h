@@ -169,7 +169,8 @@ class GradScaler {
 
   /// PyTorch-compatible state: "scale" (double), "growth_factor" (double), "backoff_factor"
   /// (double), "growth_interval" (int), "_growth_tracker" (int), in this order; empty when
-  /// disabled. Saved with torch::pickle_save it loads in Python as scaler.state_dict() does.
+  /// disabled. Saved with mixprec::pickle_save_untagged (or in a mixprec::save_checkpoint) it
+  /// loads in Python with plain torch.load as scaler.state_dict() does.
   /// When options beyond PyTorch are in use (GradScalerOptions::uses_extensions()), further keys
   /// follow: "mixprec_format" (int, 1) and the extended state (docs/options.md); Python's
   /// load_state_dict ignores them.
@@ -182,7 +183,8 @@ class GradScaler {
 
   /// The state_dict() entries, one archive key each, in a LibTorch archive: `torch::save(scaler,
   /// path)` and `torch::load(scaler, path)` work as for modules and optimizers (through the
-  /// operator<< and operator>> below). load() checks as load_state_dict() does.
+  /// operator<< and operator>> below), C++ to C++ (Python's torch.load does not read LibTorch
+  /// archives: use mixprec::save_checkpoint). load() checks as load_state_dict() does.
   void save(torch::serialize::OutputArchive& archive) const;
   void load(torch::serialize::InputArchive& archive);
 
