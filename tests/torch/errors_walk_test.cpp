@@ -2,6 +2,7 @@
 // and each message caught must contain the row's backticked fragments, in order. A row without a
 // trigger, a trigger without a row, and a trigger that throws nothing or another text all fail.
 #include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -247,6 +248,55 @@ Action adam_checkpoint(std::vector<torch::optim::OptimizerParamGroup> saved,
   });
 }
 
+// Checkpoints (mixprec/checkpoint.h): a one-Linear model's state dict, changed by `edit`, loaded.
+template <typename Edit>
+Action model_load(Edit edit) {
+  return thrown([edit] {
+    torch::nn::Linear model(1, 1);
+    auto sd = module_state_dict(*model);
+    edit(sd);
+    load_module_state_dict(*model, sd);
+  });
+}
+// An Adam's state dict after one step, its first group and first state changed by `edit`, loaded.
+template <typename Edit>
+Action optimizer_load(Edit edit) {
+  return thrown([edit] {
+    torch::nn::Linear model(1, 1);
+    torch::optim::Adam opt(model->parameters());
+    model->forward(torch::ones({1, 1})).sum().backward();
+    opt.step();
+    auto sd = optimizer_state_dict(opt);
+    auto group = sd.at("param_groups").toListRef()[0].toGenericDict();
+    auto state = sd.at("state").toGenericDict().at(std::int64_t{0}).toGenericDict();
+    edit(group, state);
+    load_optimizer_state_dict(opt, sd);
+  });
+}
+template <typename F>
+Action checkpoint_file(F f) {
+  return thrown([f] {
+    torch::nn::Linear model(1, 1);
+    torch::optim::SGD opt(model->parameters(), 0.1);
+    GradScaler scaler;
+    const std::string path = ::testing::TempDir() + "mixprec_errors_walk.pt";
+    f(path, *model, opt, scaler);
+  });
+}
+Action pickle_of(std::string pickle) {
+  return thrown([pickle] {
+    std::vector<char> bytes;
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
+      bytes.insert(bytes.end(), static_cast<const char*>(data),
+                   static_cast<const char*>(data) + size);
+      return size;
+    });
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer.writeEndOfFile();
+    pickle_load(bytes);
+  });
+}
+
 std::vector<Trigger> triggers() {
   using core::DType;
   using torch::ones;
@@ -453,6 +503,40 @@ std::vector<Trigger> triggers() {
                        view(DType::kFloat32, kCuda0))},
                   /*momentum=*/0.9),
         fused_adam({adam(kCpu, /*step=*/0)})}},
+      {"CheckpointModel",
+       "`Error(s) in loading state_dict for",
+       {model_load([](auto& sd) { (void)sd.erase("weight"); }),
+        model_load([](auto& sd) { (void)sd.erase("weight"); }),
+        model_load([](auto& sd) { sd.insert("other", ones({1})); }),
+        model_load([](auto& sd) { sd.insert_or_assign("weight", ones({2, 1})); })}},
+      {"CheckpointFile",
+       "`mixprec::load_checkpoint: ... has no dict under",
+       {checkpoint_file([](const std::string& path, auto& model, auto& opt, auto& scaler) {
+          const std::vector<char> bytes = pickle_save_untagged(module_state_dict(model));
+          std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+          load_checkpoint(path, model, opt, scaler);
+        }),
+        checkpoint_file([](const std::string& path, auto& model, auto& opt, auto& scaler) {
+          load_checkpoint(path + ".missing", model, opt, scaler);
+        }),
+        checkpoint_file([](const std::string&, auto& model, auto& opt, auto& scaler) {
+          save_checkpoint("/nonexistent-mixprec-folder/c.pt", model, opt, scaler);
+        })}},
+      {"CheckpointOptimizer",
+       "`mixprec::load_optimizer_state_dict: param group N has maximize",
+       {optimizer_load([](auto& group, auto&) { group.insert_or_assign("maximize", true); }),
+        optimizer_load([](auto&, auto& state) { (void)state.erase("step"); }),
+        optimizer_load([](auto& group, auto&) {
+          group.insert_or_assign("params", c10::impl::GenericList(c10::AnyType::get()));
+        })}},
+      {"CheckpointOtherOptimizer", "`mixprec::optimizer_state_dict: only SGD", {thrown([] {
+         torch::nn::Linear model(1, 1);
+         optimizer_state_dict(torch::optim::RMSprop(model->parameters()));
+       })}},
+      {"CheckpointPickle",
+       "`mixprec: this pickle builds a collections.OrderedDict",
+       {pickle_of(std::string("\x80\x02" "ccollections\nOrderedDict\nq\x00.", 30)),
+        pickle_of(std::string("\x80\x02X\x05\x00\x00\x00" "ab", 9))}},
 #ifdef MIXPREC_HAS_DISTRIBUTED
       {"AllReduceFails",
        "`mixprec::distributed: all-reduce (MAX) of found_inf",
