@@ -22,13 +22,7 @@ file(MAKE_DIRECTORY ${libtorch}/include ${libtorch}/lib ${libtorch}/share/cmake)
 unset(ENV{Torch_DIR})
 unset(ENV{CMAKE_PREFIX_PATH})
 
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
-  endif()
-  set(out "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_command.cmake)
 
 # ---- the layout: headers and libraries as links, the config as relocatable copies ----------
 # The headers are copied (45 MB), not linked: GCC writes a system header's path into the
