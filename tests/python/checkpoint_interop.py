@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from differential_cpu import raw, read_floats, torch  # torch's import, with its skip rules
+from differential_cpu import read_floats, torch, write_exchange  # torch, with its skip rules
 
 IN_DIM, HIDDEN, OUT_DIM, BATCH, STEPS, SWITCH = 6, 12, 3, 8, 14, 7
 INIT_SCALE, GROWTH_INTERVAL = 1024.0, 2
@@ -81,16 +81,12 @@ def write_inputs(folder):
             for i, p in enumerate(init)]  # BatchNorm's weight around 1
     x = torch.randn(STEPS, BATCH, IN_DIM, generator=gen)
     y = torch.randn(STEPS, BATCH, OUT_DIM, generator=gen)
-    for name, tensors in (("params_init.bin", init), ("x.bin", [x]), ("y.bin", [y])):
-        with open(os.path.join(folder, name), "wb") as f:
-            for t in tensors:
-                f.write(raw(t))
-    with open(os.path.join(folder, "meta.txt"), "w") as f:
-        f.write("# written by tests/python/checkpoint_interop.py\n")
-        f.write(f"in_dim {IN_DIM}\nhidden {HIDDEN}\nout_dim {OUT_DIM}\nbatch {BATCH}\n"
-                f"steps {STEPS}\nswitch {SWITCH}\ninit_scale {INIT_SCALE!r}\n"
-                f"growth_interval {GROWTH_INTERVAL}\n")
-        f.write("inf_steps " + " ".join(map(str, INF_STEPS)) + "\n")
+    write_exchange(folder, init, x, y,
+                   f"in_dim {IN_DIM}\nhidden {HIDDEN}\nout_dim {OUT_DIM}\nbatch {BATCH}\n"
+                   f"steps {STEPS}\nswitch {SWITCH}\ninit_scale {INIT_SCALE!r}\n"
+                   f"growth_interval {GROWTH_INTERVAL}\n"
+                   "inf_steps " + " ".join(map(str, INF_STEPS)) + "\n",
+                   "tests/python/checkpoint_interop.py")
     return init, x, y
 
 

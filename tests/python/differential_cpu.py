@@ -103,21 +103,27 @@ def write_inputs(folder):
             torch.randn(OUT_DIM, generator=gen) * 0.1]
     x = torch.randn(STEPS, ACCUM, BATCH, IN_DIM, generator=gen)
     y = torch.randn(STEPS, ACCUM, BATCH, OUT_DIM, generator=gen)
+    meta = (f"in_dim {IN_DIM}\nhidden {HIDDEN}\nout_dim {OUT_DIM}\nbatch {BATCH}\n"
+            f"accum {ACCUM}\nsteps {STEPS}\ninit_scale {INIT_SCALE!r}\n"
+            f"growth_interval {GROWTH_INTERVAL}\nmax_norm {MAX_NORM!r}\nmid {MID}\n"
+            "inf_steps " + " ".join(map(str, INF_STEPS)) + "\n"
+            "grad_inf_steps " + " ".join(map(str, GRAD_INF_STEPS)) + "\n"
+            "scenarios " + " ".join(SCENARIOS) + "\n")
+    for name, (o1, o2, clip) in SCENARIOS.items():
+        meta += f"scenario_{name} {o1} {o2} {clip}\n"
+    write_exchange(folder, init, x, y, meta, "tests/python/differential_cpu.py")
+    return init, x, y
+
+
+def write_exchange(folder, init, x, y, meta, writer):
+    """The files a C++ side reads (tests/differential_io.h): params_init.bin, x.bin and y.bin as
+    raw float32, and meta.txt."""
     for name, tensors in (("params_init.bin", init), ("x.bin", [x]), ("y.bin", [y])):
         with open(os.path.join(folder, name), "wb") as f:
             for t in tensors:
                 f.write(raw(t))
     with open(os.path.join(folder, "meta.txt"), "w") as f:
-        f.write("# written by tests/python/differential_cpu.py\n")
-        f.write(f"in_dim {IN_DIM}\nhidden {HIDDEN}\nout_dim {OUT_DIM}\nbatch {BATCH}\n"
-                f"accum {ACCUM}\nsteps {STEPS}\ninit_scale {INIT_SCALE!r}\n"
-                f"growth_interval {GROWTH_INTERVAL}\nmax_norm {MAX_NORM!r}\nmid {MID}\n")
-        f.write("inf_steps " + " ".join(map(str, INF_STEPS)) + "\n")
-        f.write("grad_inf_steps " + " ".join(map(str, GRAD_INF_STEPS)) + "\n")
-        f.write("scenarios " + " ".join(SCENARIOS) + "\n")
-        for name, (o1, o2, clip) in SCENARIOS.items():
-            f.write(f"scenario_{name} {o1} {o2} {clip}\n")
-    return init, x, y
+        f.write(f"# written by {writer}\n" + meta)
 
 
 def make_optimizer(name, params):
