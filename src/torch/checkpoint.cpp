@@ -99,8 +99,13 @@ Commit plan_module_load(torch::nn::Module& model, const GenericDict& state_dict)
                                                    : "<a " + entry.key().tagKind() + " key>";
     if (names.count(key) == 0) unexpected.push_back(key);
   }
-  if (!missing.empty()) errors.insert(errors.begin(), "Missing key(s) in state_dict: " + quoted_list(missing) + ".");
-  if (!unexpected.empty()) errors.push_back("Unexpected key(s) in state_dict: " + quoted_list(unexpected) + ".");
+  // PyTorch's order: missing keys, unexpected keys, then the other errors.
+  if (!unexpected.empty()) {
+    errors.insert(errors.begin(), "Unexpected key(s) in state_dict: " + quoted_list(unexpected) + ".");
+  }
+  if (!missing.empty()) {
+    errors.insert(errors.begin(), "Missing key(s) in state_dict: " + quoted_list(missing) + ".");
+  }
   if (!errors.empty()) {
     std::string message = "Error(s) in loading state_dict for " + model.name() + ":";
     for (const std::string& e : errors) message += "\n\t" + e;
