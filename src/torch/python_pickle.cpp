@@ -143,6 +143,7 @@ class Walk {
     if (code == kBuild && stack_.size() >= 2 && below_top() == Kind::kDict) {
       // dict, state -> dict, MARK, key, state, SETITEMS (LibTorch's unpickler has no POP): the
       // attributes go under kDroppedStateKey, which the caller removes.
+      check_plain(stack_.size() - 1);
       out_.insert(stack_.back().start, kMark + binunicode(kDroppedStateKey));
       stack_.pop_back();
       out_ += kSetItems;
