@@ -87,6 +87,13 @@ class GradScaler {
   /// (e.g. before clipping). Throws for fp16 gradients ("Attempting to unscale FP16 gradients.").
   void unscale_(torch::optim::Optimizer& optimizer);
 
+  /// Beyond PyTorch, for training code without a torch::optim::Optimizer (the C ABI's
+  /// gradient-list path): divides `grads` in place by the scale and records whether any held
+  /// inf/NaN, as unscale_ does for an optimizer's gradients (the reducer included); the next
+  /// update() counts it. Undefined grads are skipped; fp16 grads throw as in unscale_. May be
+  /// called for several lists in one iteration. Returns found_inf (0 or 1, float32, on the
+  /// scale's device, no sync): skip the parameter update when it is not 0. Disabled: zeros.
+  at::Tensor unscale_grads_(const std::vector<at::Tensor>& grads);
   /// Unscales (if unscale_ was not called) and runs optimizer.step() unless a gradient held
   /// inf/NaN. Returns step()'s result, or an undefined tensor when the step was skipped.
   at::Tensor step(torch::optim::Optimizer& optimizer);
@@ -190,7 +197,7 @@ class GradScaler {
 
  private:
   struct PerOptimizerState {
-    const void* optimizer = nullptr;
+    const void* optimizer = nullptr;  // nullptr: a list of unscale_grads_
     OptState stage = OptState::kReady;
     FoundInfPerDevice found_inf_per_device;
     bool reduced = true;  // false while the reducer has not gone through (it threw)
@@ -213,6 +220,7 @@ class GradScaler {
   const LastStep* find_last_step(const torch::optim::Optimizer& optimizer) const;
 
   std::pair<at::Tensor, at::Tensor> check_scale_growth_tracker(const char* funcname) const;
+  at::Tensor inv_scale() const;
   void record_last_step(const torch::optim::Optimizer& optimizer, bool skipped_known,
                         bool skipped, at::Tensor found_inf);
   void dispatch_events();

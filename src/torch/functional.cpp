@@ -216,36 +216,45 @@ std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(torch::optim::Opt
                                 /*own_found_inf=*/false);
 }
 
+at::Tensor detail::grad_to_unscale(at::Tensor& grad, bool allow_fp16) {
+  TORCH_CHECK_VALUE(allow_fp16 || grad.scalar_type() != at::kHalf,
+                    "Attempting to unscale FP16 gradients.");
+  if (!grad.is_sparse()) return grad;
+  // Coalescing sums duplicate indices, which may overflow fp16: check the sums.
+  if (grad.scalar_type() == at::kHalf) grad = grad.coalesce();
+  return grad._values();
+}
+
 std::vector<std::pair<c10::Device, at::Tensor>> detail::unscale_grads_(
     torch::optim::Optimizer& optimizer, const at::Tensor& inv_scale, const at::Tensor& found_inf,
     bool allow_fp16, bool own_found_inf) {
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& param : group.params()) {
+      if (param.grad().defined()) grads.push_back(grad_to_unscale(param.mutable_grad(), allow_fp16));
+    }
+  }
+  return unscale_grad_list_(grads, inv_scale, found_inf, own_found_inf);
+}
+
+std::vector<std::pair<c10::Device, at::Tensor>> detail::unscale_grad_list_(
+    const std::vector<at::Tensor>& grads, const at::Tensor& inv_scale,
+    const at::Tensor& found_inf, bool own_found_inf) {
   // device -> dtype -> grads, each level in first-seen order.
   using DTypeBuckets = std::vector<std::pair<c10::ScalarType, std::vector<at::Tensor>>>;
   std::vector<std::pair<c10::Device, DTypeBuckets>> buckets;
   c10::NoGradGuard no_grad;
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& param : group.params()) {
-      if (!param.grad().defined()) continue;
-      TORCH_CHECK_VALUE(allow_fp16 || param.grad().scalar_type() != at::kHalf,
-                        "Attempting to unscale FP16 gradients.");
-      at::Tensor to_unscale;
-      if (param.grad().is_sparse()) {
-        // Coalescing sums duplicate indices, which may overflow fp16: check the sums.
-        if (param.grad().scalar_type() == at::kHalf) param.mutable_grad() = param.grad().coalesce();
-        to_unscale = param.grad()._values();
-      } else {
-        to_unscale = param.grad();
-      }
-      const c10::Device device = to_unscale.device();
-      auto dev = std::find_if(buckets.begin(), buckets.end(),
-                              [&](const auto& b) { return b.first == device; });
-      if (dev == buckets.end()) dev = buckets.insert(buckets.end(), {device, {}});
-      auto& dtypes = dev->second;
-      auto typ = std::find_if(dtypes.begin(), dtypes.end(),
-                              [&](const auto& b) { return b.first == to_unscale.scalar_type(); });
-      if (typ == dtypes.end()) typ = dtypes.insert(dtypes.end(), {to_unscale.scalar_type(), {}});
-      typ->second.push_back(std::move(to_unscale));
-    }
+  for (const at::Tensor& to_unscale : grads) {
+    const c10::Device device = to_unscale.device();
+    auto dev = std::find_if(buckets.begin(), buckets.end(),
+                            [&](const auto& b) { return b.first == device; });
+    if (dev == buckets.end()) dev = buckets.insert(buckets.end(), {device, {}});
+    auto& dtypes = dev->second;
+    auto typ = std::find_if(dtypes.begin(), dtypes.end(),
+                            [&](const auto& b) { return b.first == to_unscale.scalar_type(); });
+    if (typ == dtypes.end()) typ = dtypes.insert(dtypes.end(), {to_unscale.scalar_type(), {}});
+    typ->second.push_back(to_unscale);
   }
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
   for (auto& [device, dtypes] : buckets) {
@@ -257,7 +266,7 @@ std::vector<std::pair<c10::Device, at::Tensor>> detail::unscale_grads_(
     const at::Tensor inv = device == inv_scale.device()
                                ? inv_scale
                                : detail::to_device(inv_scale, device, /*copy=*/true);
-    for (auto& [dtype, grads] : dtypes) non_finite_check_and_unscale_(grads, found, inv);
+    for (auto& [dtype, group] : dtypes) non_finite_check_and_unscale_(group, found, inv);
     found_inf_per_device.emplace_back(device, std::move(found));
   }
   return found_inf_per_device;

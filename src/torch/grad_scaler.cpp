@@ -147,22 +147,50 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   TORCH_CHECK(state.stage != OptState::kUnscaled,
               "unscale_() has already been called on this optimizer since the last update().");
   TORCH_CHECK(state.stage != OptState::kStepped, "unscale_() is being called after step().");
-  // The reciprocal in double, rounded to float: exact for powers of two, as PyTorch's
-  // self._scale.double().reciprocal().float(). A CPU scale is read directly (one tensor instead
-  // of three ops: GradScaler's own cost per iteration, bench/optim_benchmark.cpp's BM_tiny_*).
-  const at::Tensor inv_scale =
-      scale_.is_cpu()
-          ? at::full({}, static_cast<float>(1.0 / static_cast<double>(*scale_.data_ptr<float>())),
-                     scale_.options())
-          : scale_.to(at::kDouble).reciprocal().to(at::kFloat);
   const at::Tensor found_inf = at::zeros({}, scale_.options());
-  FoundInfPerDevice found = detail::unscale_grads_(optimizer, inv_scale, found_inf,
+  FoundInfPerDevice found = detail::unscale_grads_(optimizer, inv_scale(), found_inf,
                                                    /*allow_fp16=*/false, /*own_found_inf=*/true);
   // The grads are divided from here on, so the stage changes before the reducer runs: if the
   // collective throws (a timeout), a retry cannot divide them again, and step() and update()
   // run the reduction again before they decide.
   state.stage = OptState::kUnscaled;
   record_found_inf(optimizer, state, std::move(found));
+}
+
+at::Tensor GradScaler::unscale_grads_(const std::vector<at::Tensor>& grads) {
+  if (!options_.enabled()) {
+    const c10::Device device = grads.empty() || !grads.front().defined() ? c10::Device(c10::kCPU)
+                                                                         : grads.front().device();
+    return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+  check_scale_growth_tracker("unscale_grads_");
+  std::vector<at::Tensor> to_unscale;
+  for (at::Tensor grad : grads) {  // a copy of the handle: a caller's grad is never replaced
+    if (grad.defined()) to_unscale.push_back(detail::grad_to_unscale(grad, /*allow_fp16=*/false));
+  }
+  const at::Tensor found_inf = at::zeros({}, scale_.options());
+  per_optimizer_states_.push_back(PerOptimizerState{nullptr, OptState::kUnscaled, {}});
+  PerOptimizerState& state = per_optimizer_states_.back();
+  state.found_inf_per_device =
+      detail::unscale_grad_list_(to_unscale, inv_scale(), found_inf, /*own_found_inf=*/true);
+  // No grads: a clean check, so that update() has one to count.
+  if (state.found_inf_per_device.empty()) {
+    state.found_inf_per_device.emplace_back(scale_.device(), found_inf);
+  }
+  state.recorded = true;
+  state.reduced = false;
+  reduce_found_inf(state);
+  return combine_found_inf(state.found_inf_per_device, scale_.device());
+}
+
+// The reciprocal in double, rounded to float: exact for powers of two, as PyTorch's
+// self._scale.double().reciprocal().float(). A CPU scale is read directly (one tensor instead
+// of three ops: GradScaler's own cost per iteration, bench/optim_benchmark.cpp's BM_tiny_*).
+at::Tensor GradScaler::inv_scale() const {
+  return scale_.is_cpu()
+             ? at::full({}, static_cast<float>(1.0 / static_cast<double>(*scale_.data_ptr<float>())),
+                        scale_.options())
+             : scale_.to(at::kDouble).reciprocal().to(at::kFloat);
 }
 
 void GradScaler::record_found_inf(torch::optim::Optimizer& optimizer, PerOptimizerState& state,

@@ -69,6 +69,17 @@ std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads_(
     torch::optim::Optimizer& optimizer, const at::Tensor& inv_scale, const at::Tensor& found_inf,
     bool allow_fp16, bool own_found_inf);
 
+/// The tensor GradScaler unscales for a gradient: the gradient itself, or a sparse one's values
+/// (an fp16 sparse gradient is coalesced first, replacing `grad`). Throws "Attempting to unscale
+/// FP16 gradients." for an fp16 gradient unless allow_fp16.
+at::Tensor grad_to_unscale(at::Tensor& grad, bool allow_fp16);
+
+/// unscale_grads_'s kernel calls over tensors from grad_to_unscale: grouped by device, then
+/// dtype (first-seen order), one call per group, with a per-device found_inf copy.
+std::vector<std::pair<c10::Device, at::Tensor>> unscale_grad_list_(
+    const std::vector<at::Tensor>& grads, const at::Tensor& inv_scale,
+    const at::Tensor& found_inf, bool own_found_inf);
+
 /// The elements of a tensor, read to the host (a device sync for CUDA tensors).
 template <typename T>
 std::vector<T> to_host_vector(const at::Tensor& t) {

@@ -1,0 +1,432 @@
+// The C ABI of GradScaler (include/mixprec/c_api.h): thin wrappers over mixprec::GradScaler, each
+// running in guarded() (src/c/guard.h) so that no C++ exception reaches the C caller.
+#include <ATen/core/ivalue.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "c/guard.h"
+#include "mixprec/c_api.h"
+#include "mixprec/checkpoint.h"
+#include "mixprec/grad_scaler.h"
+#include "mixprec/serialize.h"
+
+struct mixprec_grad_scaler {
+  mixprec::GradScaler scaler;
+};
+
+namespace mixprec::c_api {
+
+namespace {
+thread_local std::string last_error;
+thread_local bool last_error_lost = false;  // the message could not be stored
+}  // namespace
+
+int fail(int status, const char* message) noexcept {
+  try {
+    last_error = message;
+    last_error_lost = false;
+  } catch (...) {
+    last_error_lost = true;
+  }
+  return status;
+}
+
+std::vector<at::Tensor> tensor_list_arg(void* const* handles, std::size_t n, const char* call,
+                                        const char* name, bool allow_null_entries) {
+  if (n > 0) require(handles, call, name);
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (handles[i] == nullptr && !allow_null_entries) {
+      throw Failure{MIXPREC_ERROR_NULL_ARGUMENT,
+                    std::string(call) + ": " + name + "[" + std::to_string(i) + "] is NULL"};
+    }
+    tensors.push_back(handles[i] == nullptr ? at::Tensor() : *static_cast<at::Tensor*>(handles[i]));
+  }
+  return tensors;
+}
+
+namespace {
+
+GradScaler& scaler_arg(mixprec_grad_scaler* s, const char* call) {
+  return require(s, call, "scaler")->scaler;
+}
+
+template <typename T>
+T& out_arg(T* out, const char* call) {
+  return *require(out, call, "out");
+}
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Failure{MIXPREC_ERROR_INVALID_ARGUMENT, message};
+}
+
+GradScalerOptions to_options(const mixprec_grad_scaler_options& o) {
+  const char* call = "mixprec_grad_scaler_create";
+  if (o.struct_size != sizeof(mixprec_grad_scaler_options)) {
+    invalid(std::string(call) + ": options->struct_size is " + std::to_string(o.struct_size) +
+            ", this library's mixprec_grad_scaler_options has " +
+            std::to_string(sizeof(mixprec_grad_scaler_options)) +
+            " bytes: fill the struct with mixprec_grad_scaler_options_default first");
+  }
+  if (o.hysteresis_refill != MIXPREC_HYSTERESIS_REFILL_ON_GROWTH &&
+      o.hysteresis_refill != MIXPREC_HYSTERESIS_REFILL_ON_CLEAN_STEP) {
+    invalid(std::string(call) + ": options->hysteresis_refill " +
+            std::to_string(o.hysteresis_refill) + " is not a mixprec_hysteresis_refill");
+  }
+  if (o.at_min_scale != MIXPREC_AT_MIN_SCALE_CLAMP &&
+      o.at_min_scale != MIXPREC_AT_MIN_SCALE_ERROR) {
+    invalid(std::string(call) + ": options->at_min_scale " + std::to_string(o.at_min_scale) +
+            " is not a mixprec_at_min_scale");
+  }
+  return GradScalerOptions()
+      .init_scale(o.init_scale)
+      .growth_factor(o.growth_factor)
+      .backoff_factor(o.backoff_factor)
+      .growth_interval(o.growth_interval)
+      .enabled(o.enabled != 0)
+      .hysteresis(o.hysteresis)
+      .hysteresis_refill(o.hysteresis_refill == MIXPREC_HYSTERESIS_REFILL_ON_CLEAN_STEP
+                             ? core::HysteresisRefill::kOnCleanStep
+                             : core::HysteresisRefill::kOnGrowth)
+      .min_scale(o.min_scale)
+      .max_scale(o.max_scale)
+      .at_min_scale(o.at_min_scale == MIXPREC_AT_MIN_SCALE_ERROR ? AtMinScale::kThrow
+                                                                 : AtMinScale::kClamp)
+      .history_size(o.history_size);
+}
+
+int step_with(mixprec_grad_scaler* s, torch::optim::Optimizer& (*get)(void*, const char*),
+              void* optimizer, int* out_stepped, const char* call) {
+  return guarded([&] {
+    GradScaler& scaler = scaler_arg(s, call);
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    scaler.step(opt);
+    if (out_stepped != nullptr) *out_stepped = scaler.last_step_applied(opt) ? 1 : 0;
+  });
+}
+
+int unscale_with(mixprec_grad_scaler* s, torch::optim::Optimizer& (*get)(void*, const char*),
+                 void* optimizer, const char* call) {
+  return guarded([&] { scaler_arg(s, call).unscale_(get(optimizer, call)); });
+}
+
+int last_step_applied_with(mixprec_grad_scaler* s,
+                           torch::optim::Optimizer& (*get)(void*, const char*), void* optimizer,
+                           int* out, const char* call) {
+  return guarded([&] {
+    GradScaler& scaler = scaler_arg(s, call);
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    out_arg(out, call) = scaler.last_step_applied(opt) ? 1 : 0;
+  });
+}
+
+int last_step_found_inf_with(mixprec_grad_scaler* s,
+                             torch::optim::Optimizer& (*get)(void*, const char*), void* optimizer,
+                             void** out_tensor, const char* call) {
+  return guarded([&] {
+    GradScaler& scaler = scaler_arg(s, call);
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    void*& out = out_arg(out_tensor, call);
+    out = new_tensor_handle(scaler.last_step_found_inf(opt));
+  });
+}
+
+}  // namespace
+}  // namespace mixprec::c_api
+
+using mixprec::c_api::guarded;
+using mixprec::c_api::optimizer_arg;
+using mixprec::c_api::out_arg;
+using mixprec::c_api::require;
+using mixprec::c_api::scaler_arg;
+using mixprec::c_api::shared_optimizer_arg;
+
+extern "C" {
+
+// ---- library ------------------------------------------------------------------------------------
+
+const char* mixprec_last_error(void) {
+  if (mixprec::c_api::last_error_lost) return "out of memory";
+  return mixprec::c_api::last_error.c_str();
+}
+
+const char* mixprec_version(void) { return MIXPREC_VERSION_STRING; }
+
+int mixprec_abi_version(void) { return MIXPREC_C_ABI; }
+
+void mixprec_tensor_free(void* tensor) { delete static_cast<at::Tensor*>(tensor); }
+
+// ---- options ------------------------------------------------------------------------------------
+
+void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out) {
+  if (out == nullptr) return;
+  const mixprec::GradScalerOptions d;
+  std::memset(out, 0, sizeof(*out));
+  out->struct_size = sizeof(*out);
+  out->init_scale = d.init_scale();
+  out->growth_factor = d.growth_factor();
+  out->backoff_factor = d.backoff_factor();
+  out->growth_interval = d.growth_interval();
+  out->enabled = d.enabled() ? 1 : 0;
+  out->hysteresis = d.hysteresis();
+  out->hysteresis_refill = MIXPREC_HYSTERESIS_REFILL_ON_GROWTH;
+  out->min_scale = d.min_scale();
+  out->max_scale = d.max_scale();
+  out->at_min_scale = MIXPREC_AT_MIN_SCALE_CLAMP;
+  out->history_size = d.history_size();
+}
+
+void mixprec_grad_scaler_options_set_init_scale(mixprec_grad_scaler_options* o, double v) {
+  if (o != nullptr) o->init_scale = v;
+}
+void mixprec_grad_scaler_options_set_growth_factor(mixprec_grad_scaler_options* o, double v) {
+  if (o != nullptr) o->growth_factor = v;
+}
+void mixprec_grad_scaler_options_set_backoff_factor(mixprec_grad_scaler_options* o, double v) {
+  if (o != nullptr) o->backoff_factor = v;
+}
+void mixprec_grad_scaler_options_set_growth_interval(mixprec_grad_scaler_options* o, int64_t v) {
+  if (o != nullptr) o->growth_interval = v;
+}
+void mixprec_grad_scaler_options_set_enabled(mixprec_grad_scaler_options* o, int enabled) {
+  if (o != nullptr) o->enabled = enabled;
+}
+
+// ---- the scaler ---------------------------------------------------------------------------------
+
+int mixprec_grad_scaler_create(const mixprec_grad_scaler_options* options,
+                               mixprec_grad_scaler** out) {
+  return guarded([&] {
+    mixprec_grad_scaler*& result = out_arg(out, "mixprec_grad_scaler_create");
+    mixprec_grad_scaler_options defaults;
+    mixprec_grad_scaler_options_default(&defaults);
+    result = new mixprec_grad_scaler{
+        mixprec::GradScaler(mixprec::c_api::to_options(options ? *options : defaults))};
+  });
+}
+
+void mixprec_grad_scaler_destroy(mixprec_grad_scaler* scaler) { delete scaler; }
+
+int mixprec_grad_scaler_scale(mixprec_grad_scaler* s, void* tensor, void** out_tensor) {
+  const char* call = "mixprec_grad_scaler_scale";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    const at::Tensor& t = mixprec::c_api::tensor_arg(tensor, call, "tensor");
+    void*& out = out_arg(out_tensor, call);
+    at::Tensor scaled = scaler.scale(t);
+    out = new at::Tensor(std::move(scaled));
+  });
+}
+
+int mixprec_grad_scaler_unscale_(mixprec_grad_scaler* s, void* optimizer) {
+  return mixprec::c_api::unscale_with(s, &optimizer_arg, optimizer, "mixprec_grad_scaler_unscale_");
+}
+
+int mixprec_grad_scaler_unscale_shared_(mixprec_grad_scaler* s, void* shared_optimizer) {
+  return mixprec::c_api::unscale_with(s, &shared_optimizer_arg, shared_optimizer,
+                                      "mixprec_grad_scaler_unscale_shared_");
+}
+
+int mixprec_grad_scaler_step(mixprec_grad_scaler* s, void* optimizer, int* out_stepped) {
+  return mixprec::c_api::step_with(s, &optimizer_arg, optimizer, out_stepped,
+                                   "mixprec_grad_scaler_step");
+}
+
+int mixprec_grad_scaler_step_shared(mixprec_grad_scaler* s, void* shared_optimizer,
+                                    int* out_stepped) {
+  return mixprec::c_api::step_with(s, &shared_optimizer_arg, shared_optimizer, out_stepped,
+                                   "mixprec_grad_scaler_step_shared");
+}
+
+int mixprec_grad_scaler_update(mixprec_grad_scaler* s) {
+  return guarded([&] { scaler_arg(s, "mixprec_grad_scaler_update").update(); });
+}
+
+int mixprec_grad_scaler_update_to(mixprec_grad_scaler* s, double new_scale) {
+  return guarded([&] { scaler_arg(s, "mixprec_grad_scaler_update_to").update(new_scale); });
+}
+
+int mixprec_grad_scaler_update_to_tensor(mixprec_grad_scaler* s, void* new_scale) {
+  const char* call = "mixprec_grad_scaler_update_to_tensor";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    scaler.update(mixprec::c_api::tensor_arg(new_scale, call, "new_scale"));
+  });
+}
+
+int mixprec_grad_scaler_get_scale(mixprec_grad_scaler* s, double* out) {
+  const char* call = "mixprec_grad_scaler_get_scale";
+  return guarded([&] {
+    const double v = scaler_arg(s, call).get_scale();
+    out_arg(out, call) = v;
+  });
+}
+
+int mixprec_grad_scaler_get_scale_async(mixprec_grad_scaler* s, void** out_tensor) {
+  const char* call = "mixprec_grad_scaler_get_scale_async";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    void*& out = out_arg(out_tensor, call);
+    out = mixprec::c_api::new_tensor_handle(scaler.get_scale_async());
+  });
+}
+
+int mixprec_grad_scaler_get_growth_tracker(mixprec_grad_scaler* s, int64_t* out) {
+  const char* call = "mixprec_grad_scaler_get_growth_tracker";
+  return guarded([&] {
+    const int64_t v = scaler_arg(s, call).get_growth_tracker();
+    out_arg(out, call) = v;
+  });
+}
+
+int mixprec_grad_scaler_is_enabled(mixprec_grad_scaler* s, int* out) {
+  const char* call = "mixprec_grad_scaler_is_enabled";
+  return guarded([&] {
+    const bool v = scaler_arg(s, call).is_enabled();
+    out_arg(out, call) = v ? 1 : 0;
+  });
+}
+
+int mixprec_grad_scaler_get_growth_factor(mixprec_grad_scaler* s, double* out) {
+  const char* call = "mixprec_grad_scaler_get_growth_factor";
+  return guarded([&] {
+    const double v = scaler_arg(s, call).get_growth_factor();
+    out_arg(out, call) = v;
+  });
+}
+
+int mixprec_grad_scaler_set_growth_factor(mixprec_grad_scaler* s, double v) {
+  return guarded([&] { scaler_arg(s, "mixprec_grad_scaler_set_growth_factor").set_growth_factor(v); });
+}
+
+int mixprec_grad_scaler_get_backoff_factor(mixprec_grad_scaler* s, double* out) {
+  const char* call = "mixprec_grad_scaler_get_backoff_factor";
+  return guarded([&] {
+    const double v = scaler_arg(s, call).get_backoff_factor();
+    out_arg(out, call) = v;
+  });
+}
+
+int mixprec_grad_scaler_set_backoff_factor(mixprec_grad_scaler* s, double v) {
+  return guarded(
+      [&] { scaler_arg(s, "mixprec_grad_scaler_set_backoff_factor").set_backoff_factor(v); });
+}
+
+int mixprec_grad_scaler_get_growth_interval(mixprec_grad_scaler* s, int64_t* out) {
+  const char* call = "mixprec_grad_scaler_get_growth_interval";
+  return guarded([&] {
+    const int64_t v = scaler_arg(s, call).get_growth_interval();
+    out_arg(out, call) = v;
+  });
+}
+
+int mixprec_grad_scaler_set_growth_interval(mixprec_grad_scaler* s, int64_t v) {
+  return guarded(
+      [&] { scaler_arg(s, "mixprec_grad_scaler_set_growth_interval").set_growth_interval(v); });
+}
+
+// ---- the step's outcome and telemetry -----------------------------------------------------------
+
+int mixprec_grad_scaler_last_step_applied(mixprec_grad_scaler* s, void* optimizer, int* out) {
+  return mixprec::c_api::last_step_applied_with(s, &optimizer_arg, optimizer, out,
+                                                "mixprec_grad_scaler_last_step_applied");
+}
+
+int mixprec_grad_scaler_last_step_applied_shared(mixprec_grad_scaler* s, void* shared_optimizer,
+                                                 int* out) {
+  return mixprec::c_api::last_step_applied_with(s, &shared_optimizer_arg, shared_optimizer, out,
+                                                "mixprec_grad_scaler_last_step_applied_shared");
+}
+
+int mixprec_grad_scaler_last_step_found_inf(mixprec_grad_scaler* s, void* optimizer,
+                                            void** out_tensor) {
+  return mixprec::c_api::last_step_found_inf_with(s, &optimizer_arg, optimizer, out_tensor,
+                                                  "mixprec_grad_scaler_last_step_found_inf");
+}
+
+int mixprec_grad_scaler_last_step_found_inf_shared(mixprec_grad_scaler* s, void* shared_optimizer,
+                                                   void** out_tensor) {
+  return mixprec::c_api::last_step_found_inf_with(
+      s, &shared_optimizer_arg, shared_optimizer, out_tensor,
+      "mixprec_grad_scaler_last_step_found_inf_shared");
+}
+
+int mixprec_grad_scaler_get_telemetry(mixprec_grad_scaler* s, mixprec_grad_scaler_telemetry* out) {
+  const char* call = "mixprec_grad_scaler_get_telemetry";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    mixprec_grad_scaler_telemetry& result = out_arg(out, call);
+    if (result.struct_size != sizeof(mixprec_grad_scaler_telemetry)) {
+      mixprec::c_api::invalid(std::string(call) + ": out->struct_size is " +
+                              std::to_string(result.struct_size) + ", this library's " +
+                              "mixprec_grad_scaler_telemetry has " +
+                              std::to_string(sizeof(mixprec_grad_scaler_telemetry)) +
+                              " bytes: set it to sizeof(mixprec_grad_scaler_telemetry)");
+    }
+    const mixprec::ScalerTelemetry t = scaler.telemetry();
+    result.iterations = t.iterations;
+    result.skipped_steps = t.skipped_steps;
+    result.growths = t.growths;
+    result.backoffs = t.backoffs;
+    result.consecutive_overflows = t.consecutive_overflows;
+    result.last_overflow_iteration = t.last_overflow_iteration;
+    result.hysteresis_tracker = t.hysteresis_tracker;
+  });
+}
+
+// ---- the gradient-list path ---------------------------------------------------------------------
+
+int mixprec_grad_scaler_unscale_grads_(mixprec_grad_scaler* s, void* const* grads, size_t n,
+                                       void** out_found_inf) {
+  const char* call = "mixprec_grad_scaler_unscale_grads_";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    std::vector<at::Tensor> list =
+        mixprec::c_api::tensor_list_arg(grads, n, call, "grads", /*allow_null_entries=*/true);
+    void*& out = out_arg(out_found_inf, call);
+    out = new at::Tensor(scaler.unscale_grads_(list));
+  });
+}
+
+// ---- state --------------------------------------------------------------------------------------
+
+int mixprec_grad_scaler_state_dict(mixprec_grad_scaler* s, void* buffer, size_t capacity,
+                                   size_t* out_size) {
+  const char* call = "mixprec_grad_scaler_state_dict";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    size_t& size = out_arg(out_size, call);
+    const std::vector<char> bytes = mixprec::pickle_save_untagged(scaler.state_dict());
+    if (buffer != nullptr && capacity < bytes.size()) {
+      size = bytes.size();
+      throw mixprec::c_api::Failure{
+          MIXPREC_ERROR_BUFFER_TOO_SMALL,
+          std::string(call) + ": the state takes " + std::to_string(bytes.size()) +
+              " bytes, the buffer has " + std::to_string(capacity) +
+              " (call with buffer NULL for the size)"};
+    }
+    if (buffer != nullptr) std::memcpy(buffer, bytes.data(), bytes.size());
+    size = bytes.size();
+  });
+}
+
+int mixprec_grad_scaler_load_state_dict(mixprec_grad_scaler* s, const void* data, size_t size) {
+  const char* call = "mixprec_grad_scaler_load_state_dict";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    const char* bytes = static_cast<const char*>(require(data, call, "data"));
+    const c10::IValue value = mixprec::pickle_load(std::vector<char>(bytes, bytes + size));
+    if (!value.isGenericDict()) {
+      throw mixprec::c_api::Failure{MIXPREC_ERROR_RUNTIME,
+                                    std::string(call) + ": the bytes hold a " +
+                                        value.tagKind() + ", not a state dict"};
+    }
+    scaler.load_state_dict(value.toGenericDict());
+  });
+}
+
+}  // extern "C"
