@@ -1,7 +1,7 @@
 # Script run by the packaging tests: installs mixprec (find_package mode), makes an archive of its
 # sources (fetchcontent mode) or points at them (add_subdirectory_after_torch), then configures,
-# builds and runs the consumer project (consumer_core always, consumer_torch when mixprec was built
-# with LibTorch, consumer_distributed when with its distributed code).
+# builds and runs the consumer project (consumer_core always; consumer_torch and consumer_c, the C
+# ABI, when mixprec was built with LibTorch; consumer_distributed when with its distributed code).
 set(consumer_src ${CMAKE_CURRENT_LIST_DIR}/consumer)
 set(build ${WORK_DIR}/${MODE})
 set(prefix ${WORK_DIR}/prefix)
@@ -47,6 +47,7 @@ run(${build}/consumer_core)
 run(${build}/consumer_core_other_abi)
 if(WITH_TORCH)
   run(${build}/consumer_torch)
+  run(${build}/consumer_c)
 endif()
 if(WITH_DISTRIBUTED)
   run(${build}/consumer_distributed)
