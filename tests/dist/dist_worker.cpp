@@ -121,6 +121,11 @@ int run(const Args& a) {
   auto store = c10::make_intrusive<c10d::FileStore>(a.dir + "/store", a.world);
   ProcessGroupPtr world =
       mixprec::distributed::make_gloo_process_group(store, a.rank, a.world, timeout);
+  // Gloo's rendezvous can return on one rank before a peer has finished it: a rank that then
+  // trains without a collective (reducer "none") and exits closes its sockets under a peer still
+  // connecting ("Gloo connectFullMesh failed ... Connection closed by peer", seen under load in
+  // WithoutReducerRanksDisagree). A barrier first: every group is whole on every rank.
+  world->barrier()->wait();
   Trainer t(a.rank);
   std::vector<ProcessGroupPtr> groups{world};
 
@@ -130,10 +135,7 @@ int run(const Args& a) {
     auto pp_store = c10::make_intrusive<c10d::PrefixStore>("pp" + std::to_string(a.rank % 2), store);
     auto dp = mixprec::distributed::make_gloo_process_group(dp_store, a.rank % 2, 2, timeout);
     auto pp = mixprec::distributed::make_gloo_process_group(pp_store, a.rank / 2, 2, timeout);
-    // Gloo's rendezvous can return on one side of a pair before the other side has finished it:
-    // a rank that then trains (the "dp" reducer never uses pp) and exits could close its sockets
-    // under a peer still connecting ("Gloo connectFullMesh failed ... Connection closed by peer",
-    // seen once under load). A barrier over each group first: every group is whole on every rank.
+    // The same barrier over each subgroup (the "dp" reducer never uses pp).
     dp->barrier()->wait();
     pp->barrier()->wait();
     groups = a.reducer == "dp" ? std::vector<ProcessGroupPtr>{dp}
