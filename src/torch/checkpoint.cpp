@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/nn/module.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -18,7 +19,6 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -387,10 +387,43 @@ void drop_attributes(const IValue& value) {
   }
 }
 
-std::vector<char> read_file(const std::string& path, const char* who) {
-  std::ifstream in(path, std::ios::binary);
-  TORCH_CHECK(in, who, ": cannot open ", path);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+// The caller's bytes as the archive reader's input, read in place (no copy of the archive).
+class BytesAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesAdapter(const std::vector<char>& bytes) : bytes_(bytes) {}
+  std::size_t size() const override { return bytes_.size(); }
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n, const char*) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<std::size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::vector<char>& bytes_;
+};
+
+// What torch.save's archive holds, Python's OrderedDicts read as dicts; tensors on the CPU.
+IValue load_archive(caffe2::serialize::PyTorchStreamReader& reader) {
+  const auto record = reader.getRecord("data.pkl");
+  const std::string pickle =
+      detail::plain_dicts(std::string(static_cast<const char*>(std::get<0>(record).get()),
+                                      std::get<1>(record)));
+  std::size_t pos = 0;
+  torch::jit::Unpickler unpickler(
+      [&](char* out, std::size_t size) {
+        size = std::min(size, pickle.size() - pos);
+        std::memcpy(out, pickle.data() + pos, size);
+        pos += size;
+        return size;
+      },
+      /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
+      [&](const std::string& name) { return std::get<0>(reader.getRecord("data/" + name)); },
+      c10::Device(c10::kCPU));
+  unpickler.set_version(reader.version());
+  IValue value = unpickler.parse_ivalue();
+  drop_attributes(value);
+  return value;
 }
 
 }  // namespace
@@ -413,19 +446,15 @@ c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optim
   GenericList groups(c10::AnyType::get());
   std::int64_t index = 0;
   for (const auto& group : optimizer.param_groups()) {
-    GenericDict g = new_dict();
-    bool amsgrad = false;
-    if (kind == OptimKind::kSGD) {
-      g = sgd_group(static_cast<const SGDOptions&>(group.options()));
-    } else if (kind == OptimKind::kAdam) {
-      const auto& o = static_cast<const AdamOptions&>(group.options());
-      g = adam_group(o);
-      amsgrad = o.amsgrad();
-    } else {
-      const auto& o = static_cast<const AdamWOptions&>(group.options());
-      g = adam_group(o);
-      amsgrad = o.amsgrad();
-    }
+    const auto& options = group.options();
+    GenericDict g =
+        kind == OptimKind::kSGD    ? sgd_group(static_cast<const SGDOptions&>(options))
+        : kind == OptimKind::kAdam ? adam_group(static_cast<const AdamOptions&>(options))
+                                   : adam_group(static_cast<const AdamWOptions&>(options));
+    const bool amsgrad = kind == OptimKind::kAdam
+                             ? static_cast<const AdamOptions&>(options).amsgrad()
+                             : kind == OptimKind::kAdamW &&
+                                   static_cast<const AdamWOptions&>(options).amsgrad();
     GenericList indices(c10::AnyType::get());  // a List[int] would pickle as build_intlist
     for (const at::Tensor& param : group.params()) {
       if (const auto* s = state_of(optimizer, param)) {
@@ -457,27 +486,8 @@ void load_optimizer_state_dict(torch::optim::Optimizer& optimizer,
 }
 
 c10::IValue pickle_load(const std::vector<char>& bytes) {
-  std::istringstream stream(std::string(bytes.data(), bytes.size()));
-  caffe2::serialize::PyTorchStreamReader reader(&stream);
-  const auto record = reader.getRecord("data.pkl");
-  const std::string pickle =
-      detail::plain_dicts(std::string(static_cast<const char*>(std::get<0>(record).get()),
-                                      std::get<1>(record)));
-  std::size_t pos = 0;
-  torch::jit::Unpickler unpickler(
-      [&](char* out, std::size_t size) {
-        size = std::min(size, pickle.size() - pos);
-        std::memcpy(out, pickle.data() + pos, size);
-        pos += size;
-        return size;
-      },
-      /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
-      [&](const std::string& name) { return std::get<0>(reader.getRecord("data/" + name)); },
-      c10::Device(c10::kCPU));
-  unpickler.set_version(reader.version());
-  IValue value = unpickler.parse_ivalue();
-  drop_attributes(value);
-  return value;
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesAdapter>(bytes));
+  return load_archive(reader);
 }
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& model,
@@ -502,7 +512,9 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 void load_checkpoint(const std::string& path, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, GradScaler& scaler) {
   constexpr const char* kWho = "mixprec::load_checkpoint";
-  const IValue loaded = pickle_load(read_file(path, kWho));
+  TORCH_CHECK(std::ifstream(path, std::ios::binary).good(), kWho, ": cannot open ", path);
+  caffe2::serialize::PyTorchStreamReader reader(path);  // reads the records it needs, in place
+  const IValue loaded = load_archive(reader);
   TORCH_CHECK(loaded.isGenericDict(), kWho, ": ", path, " holds a ", loaded.tagKind(),
               ", not a dict");
   const GenericDict checkpoint = loaded.toGenericDict();
