@@ -29,8 +29,10 @@ asan() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=ON \
     -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
     -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
-  cmake --build build-asan -j "$JOBS" --target mixprec_core_tests mixprec_torch_tests
-  for tests in ./build-asan/tests/mixprec_core_tests ./build-asan/tests/torch/mixprec_torch_tests; do
+  cmake --build build-asan -j "$JOBS" --target mixprec_core_tests mixprec_torch_tests \
+    mixprec_c_api_tests
+  for tests in ./build-asan/tests/mixprec_core_tests ./build-asan/tests/torch/mixprec_torch_tests \
+      ./build-asan/tests/c_api/mixprec_c_api_tests; do
     ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp \
       UBSAN_OPTIONS=print_stacktrace=1 "$tests" --gtest_brief=1
   done

@@ -8,7 +8,9 @@
  *     as void*. They must come from the same LibTorch build as this library's.
  *   - Optimizers come in both conventions: `torch::optim::Optimizer*` (tch-rs `optimizer`), and
  *     `std::shared_ptr<torch::optim::Optimizer>*` (TorchSharp `Optimizer`) for the `_shared`
- *     calls.
+ *     calls. TorchSharp's own SGD/Adam/AdamW are managed code without a native optimizer, and
+ *     tch-rs keeps its pointer private: their users take the gradient-list path, or create
+ *     mixprec's fused optimizers here.
  *   - The scaler is an opaque mixprec_grad_scaler*, made by mixprec_grad_scaler_create and
  *     released by mixprec_grad_scaler_destroy.
  *
@@ -40,8 +42,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(_WIN32)
+#if defined(_WIN32) && defined(MIXPREC_C_BUILDING)
 #define MIXPREC_C_EXPORT __declspec(dllexport)
+#elif defined(_WIN32)
+#define MIXPREC_C_EXPORT __declspec(dllimport)
 #elif defined(__GNUC__)
 #define MIXPREC_C_EXPORT __attribute__((visibility("default")))
 #else
@@ -126,8 +130,16 @@ MIXPREC_C_EXPORT void mixprec_tensor_free(void* tensor);
 
 /* ---- options ------------------------------------------------------------------------------- */
 
-/** PyTorch's defaults (and mixprec's neutral extensions); sets struct_size. NULL is a no-op. */
+/** PyTorch's defaults (and mixprec's neutral extensions); sets struct_size. NULL is a no-op.
+ *  It writes sizeof(mixprec_grad_scaler_options) of the library's own header: for a caller
+ *  compiled with this header. A binding that mirrors the struct (C#, Rust) calls
+ *  mixprec_grad_scaler_options_init with its own size instead. */
 MIXPREC_C_EXPORT void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out);
+/** The defaults, writing exactly `struct_size` bytes: the caller's size of the struct, which a
+ *  later library (with fields appended) still honours. Fails (MIXPREC_ERROR_INVALID_ARGUMENT)
+ *  for a size that no version of the struct has. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_options_init(mixprec_grad_scaler_options* out,
+                                                      size_t struct_size);
 /* The setters write one field; NULL is a no-op. Values are checked by _create. */
 MIXPREC_C_EXPORT void mixprec_grad_scaler_options_set_init_scale(mixprec_grad_scaler_options* o,
                                                                  double v);
@@ -216,7 +228,9 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_last_step_found_inf(mixprec_grad_scaler
 MIXPREC_C_EXPORT int mixprec_grad_scaler_last_step_found_inf_shared(mixprec_grad_scaler* s,
                                                                     void* shared_optimizer,
                                                                     void** out_tensor);
-/** The telemetry counters (a sync on CUDA). out->struct_size must be set by the caller. */
+/** The telemetry counters (a sync on CUDA). out->struct_size must be set by the caller to
+ *  sizeof(mixprec_grad_scaler_telemetry); another size fails with
+ *  MIXPREC_ERROR_INVALID_ARGUMENT. */
 MIXPREC_C_EXPORT int mixprec_grad_scaler_get_telemetry(mixprec_grad_scaler* s,
                                                        mixprec_grad_scaler_telemetry* out);
 

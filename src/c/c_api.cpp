@@ -56,8 +56,8 @@ GradScaler& scaler_arg(mixprec_grad_scaler* s, const char* call) {
 }
 
 template <typename T>
-T& out_arg(T* out, const char* call) {
-  return *require(out, call, "out");
+T& out_arg(T* out, const char* call, const char* name = "out") {
+  return *require(out, call, name);
 }
 
 [[noreturn]] void invalid(const std::string& message) {
@@ -130,7 +130,7 @@ int last_step_found_inf_with(mixprec_grad_scaler* s,
   return guarded([&] {
     GradScaler& scaler = scaler_arg(s, call);
     torch::optim::Optimizer& opt = get(optimizer, call);
-    void*& out = out_arg(out_tensor, call);
+    void*& out = out_arg(out_tensor, call, "out_tensor");
     out = new_tensor_handle(scaler.last_step_found_inf(opt));
   });
 }
@@ -180,6 +180,21 @@ void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out) {
   out->history_size = d.history_size();
 }
 
+int mixprec_grad_scaler_options_init(mixprec_grad_scaler_options* out, size_t struct_size) {
+  const char* call = "mixprec_grad_scaler_options_init";
+  return guarded([&] {
+    require(out, call, "out");
+    // Version 1 of the struct is the only one so far; a later one also accepts the older sizes
+    // and writes only their fields.
+    if (struct_size != sizeof(mixprec_grad_scaler_options)) {
+      mixprec::c_api::invalid(std::string(call) + ": struct_size " + std::to_string(struct_size) +
+                              " is no version's size of mixprec_grad_scaler_options (" +
+                              std::to_string(sizeof(mixprec_grad_scaler_options)) + ")");
+    }
+    mixprec_grad_scaler_options_default(out);
+  });
+}
+
 void mixprec_grad_scaler_options_set_init_scale(mixprec_grad_scaler_options* o, double v) {
   if (o != nullptr) o->init_scale = v;
 }
@@ -216,7 +231,7 @@ int mixprec_grad_scaler_scale(mixprec_grad_scaler* s, void* tensor, void** out_t
   return guarded([&] {
     mixprec::GradScaler& scaler = scaler_arg(s, call);
     const at::Tensor& t = mixprec::c_api::tensor_arg(tensor, call, "tensor");
-    void*& out = out_arg(out_tensor, call);
+    void*& out = out_arg(out_tensor, call, "out_tensor");
     at::Tensor scaled = scaler.scale(t);
     out = new at::Tensor(std::move(scaled));
   });
@@ -270,7 +285,7 @@ int mixprec_grad_scaler_get_scale_async(mixprec_grad_scaler* s, void** out_tenso
   const char* call = "mixprec_grad_scaler_get_scale_async";
   return guarded([&] {
     mixprec::GradScaler& scaler = scaler_arg(s, call);
-    void*& out = out_arg(out_tensor, call);
+    void*& out = out_arg(out_tensor, call, "out_tensor");
     out = mixprec::c_api::new_tensor_handle(scaler.get_scale_async());
   });
 }
@@ -387,7 +402,7 @@ int mixprec_grad_scaler_unscale_grads_(mixprec_grad_scaler* s, void* const* grad
     mixprec::GradScaler& scaler = scaler_arg(s, call);
     std::vector<at::Tensor> list =
         mixprec::c_api::tensor_list_arg(grads, n, call, "grads", /*allow_null_entries=*/true);
-    void*& out = out_arg(out_found_inf, call);
+    void*& out = out_arg(out_found_inf, call, "out_found_inf");
     out = new at::Tensor(scaler.unscale_grads_(list));
   });
 }
@@ -399,7 +414,7 @@ int mixprec_grad_scaler_state_dict(mixprec_grad_scaler* s, void* buffer, size_t 
   const char* call = "mixprec_grad_scaler_state_dict";
   return guarded([&] {
     mixprec::GradScaler& scaler = scaler_arg(s, call);
-    size_t& size = out_arg(out_size, call);
+    size_t& size = out_arg(out_size, call, "out_size");
     const std::vector<char> bytes = mixprec::pickle_save_untagged(scaler.state_dict());
     if (buffer != nullptr && capacity < bytes.size()) {
       size = bytes.size();
