@@ -131,9 +131,9 @@ MIXPREC_C_EXPORT void mixprec_tensor_free(void* tensor);
 /* ---- options ------------------------------------------------------------------------------- */
 
 /** PyTorch's defaults (and mixprec's neutral extensions); sets struct_size. NULL is a no-op.
- *  It writes sizeof(mixprec_grad_scaler_options) of the library's own header: for a caller
- *  compiled with this header. A binding that mirrors the struct (C#, Rust) calls
- *  mixprec_grad_scaler_options_init with its own size instead. */
+ *  It always writes the version-1 struct (the fields up to history_size, as declared here), in
+ *  every later library too: fields appended later keep their defaults unless a caller fills
+ *  the larger struct with mixprec_grad_scaler_options_init. */
 MIXPREC_C_EXPORT void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out);
 /** The defaults, writing exactly `struct_size` bytes: the caller's size of the struct, which a
  *  later library (with fields appended) still honours. Fails (MIXPREC_ERROR_INVALID_ARGUMENT)
@@ -239,9 +239,12 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_get_telemetry(mixprec_grad_scaler* s,
 /** For bindings that keep their own optimizer code: divides `grads` (n torch::Tensor*; a NULL
  *  entry or an undefined tensor is skipped) in place by the scale and records whether any held
  *  inf/NaN, as unscale_ does for an optimizer; the next update() counts it. *out_found_inf: a
- *  new heap torch::Tensor, 0 or 1 (float32, on the scale's device): skip the parameter update
- *  when it is not 0. May be called for several lists in one iteration. fp16 grads are refused
- *  as in unscale_ ("Attempting to unscale FP16 gradients."). */
+ *  new heap torch::Tensor (a copy), 0 or 1 (float32, on the scale's device): skip the parameter
+ *  update when it is not 0; a disabled scaler returns 0. May be called for several lists in one
+ *  iteration. Refused (MIXPREC_ERROR_RUNTIME): fp16 grads, as in unscale_ ("Attempting to
+ *  unscale FP16 gradients."), and a gradient already unscaled since the last update() (by this
+ *  call, unscale_ or step), which would be divided twice; unscale_ and step likewise refuse an
+ *  optimizer whose gradients a list unscaled. */
 MIXPREC_C_EXPORT int mixprec_grad_scaler_unscale_grads_(mixprec_grad_scaler* s,
                                                         void* const* grads, size_t n,
                                                         void** out_found_inf);
@@ -264,8 +267,10 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_load_state_dict(mixprec_grad_scaler* s,
  * with torch::optim's option checks and messages. The plain calls return a
  * torch::optim::Optimizer* (free: mixprec_optimizer_free, tch-rs ato_free); the _shared calls
  * a std::shared_ptr<torch::optim::Optimizer>* (free: mixprec_optimizer_free_shared, TorchSharp
- * THSNN_Optimizer_dispose). The binding's own step() runs the fused kernel; the scaler's step
- * hands it the scale and found_inf, so an overflow is skipped on the device without a sync. */
+ * THSNN_Optimizer_dispose). Stepped by the scaler (mixprec_grad_scaler_step/_step_shared), the
+ * kernel gets the scale and found_inf, unscales, checks and updates in one pass, and skips an
+ * overflow on the device without a sync. The binding's own step() (ato_step,
+ * THSNN_Optimizer_step) is a plain fused step: no scale, no skip. */
 MIXPREC_C_EXPORT int mixprec_optim_sgd_create(void* const* params, size_t n, double lr,
                                               double momentum, double dampening,
                                               double weight_decay, int nesterov,

@@ -91,8 +91,11 @@ class GradScaler {
   /// gradient-list path): divides `grads` in place by the scale and records whether any held
   /// inf/NaN, as unscale_ does for an optimizer's gradients (the reducer included); the next
   /// update() counts it. Undefined grads are skipped; fp16 grads throw as in unscale_. May be
-  /// called for several lists in one iteration. Returns found_inf (0 or 1, float32, on the
-  /// scale's device, no sync): skip the parameter update when it is not 0. Disabled: zeros.
+  /// called for several lists in one iteration; a gradient already unscaled since the last
+  /// update() (by this call, unscale_ or step) throws, as dividing it twice would. A call that
+  /// throws may have divided some grads: skip the step and set the scale with update(new_scale).
+  /// Returns a copy of found_inf (0 or 1, float32, on the scale's device, no sync): skip the
+  /// parameter update when it is not 0. Disabled: a zero on the grads' device.
   at::Tensor unscale_grads_(const std::vector<at::Tensor>& grads);
   /// Unscales (if unscale_ was not called) and runs optimizer.step() unless a gradient held
   /// inf/NaN. Returns step()'s result, or an undefined tensor when the step was skipped.
@@ -221,6 +224,8 @@ class GradScaler {
 
   std::pair<at::Tensor, at::Tensor> check_scale_growth_tracker(const char* funcname) const;
   at::Tensor inv_scale() const;
+  void check_not_listed(const torch::optim::Optimizer& optimizer, const char* funcname) const;
+  void record_unscaled(const torch::optim::Optimizer& optimizer);
   void record_last_step(const torch::optim::Optimizer& optimizer, bool skipped_known,
                         bool skipped, at::Tensor found_inf);
   void dispatch_events();
@@ -239,6 +244,10 @@ class GradScaler {
   at::Tensor scale_;           // 0-dim float32, created by the first scale()
   at::Tensor growth_tracker_;  // 0-dim int32, created with scale_
   std::vector<PerOptimizerState> per_optimizer_states_;  // in first-seen order
+  // The TensorImpls of the gradients divided since the last update(): by unscale_()/step() and
+  // by unscale_grads_() (Note [Gradient lists and optimizers] in src/torch/grad_scaler.cpp).
+  std::vector<const void*> unscaled_grads_;
+  std::vector<const void*> listed_grads_;
 
   // Beyond PyTorch. counters_: core::kNumCounters int64 on the scale's device (see
   // core::Counter); history_: history_size x 3 doubles. init_* hold loaded values until the

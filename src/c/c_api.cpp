@@ -13,6 +13,9 @@
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
 
+static_assert(MIXPREC_C_ABI == MIXPREC_C_ABI_VERSION,
+              "CMakeLists.txt's MIXPREC_C_ABI_VERSION (the SONAME) differs from c_api.h's");
+
 struct mixprec_grad_scaler {
   mixprec::GradScaler scaler;
 };
@@ -163,6 +166,8 @@ void mixprec_tensor_free(void* tensor) { delete static_cast<at::Tensor*>(tensor)
 // ---- options ------------------------------------------------------------------------------------
 
 void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out) {
+  // The version-1 struct, forever: a caller compiled with an older header has no room for
+  // fields appended later (c_api.h); those get their defaults in _create from the size.
   if (out == nullptr) return;
   const mixprec::GradScalerOptions d;
   std::memset(out, 0, sizeof(*out));

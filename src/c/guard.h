@@ -31,7 +31,8 @@ int fail(int status, const char* message) noexcept;
 
 /// Runs `body`; MIXPREC_OK if it returns, else the status of what it threw (a Failure as given,
 /// c10::Error as MIXPREC_ERROR_RUNTIME with LibTorch's message without its backtrace, as Python
-/// shows it, std::bad_alloc as MIXPREC_ERROR_OUT_OF_MEMORY, anything else as RUNTIME or UNKNOWN).
+/// shows it, c10::OutOfMemoryError and std::bad_alloc as MIXPREC_ERROR_OUT_OF_MEMORY, anything
+/// else as RUNTIME or UNKNOWN).
 template <typename Body>
 int guarded(Body&& body) noexcept {
   try {
@@ -39,6 +40,8 @@ int guarded(Body&& body) noexcept {
     return MIXPREC_OK;
   } catch (const Failure& f) {
     return fail(f.status, f.message.c_str());
+  } catch (const c10::OutOfMemoryError& e) {  // a device allocation (CUDA's caching allocator)
+    return fail(MIXPREC_ERROR_OUT_OF_MEMORY, e.what_without_backtrace());
   } catch (const c10::Error& e) {
     return fail(MIXPREC_ERROR_RUNTIME, e.what_without_backtrace());
   } catch (const std::bad_alloc&) {

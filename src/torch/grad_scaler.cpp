@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "mixprec/amp_optimizer.h"
@@ -147,9 +148,11 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   TORCH_CHECK(state.stage != OptState::kUnscaled,
               "unscale_() has already been called on this optimizer since the last update().");
   TORCH_CHECK(state.stage != OptState::kStepped, "unscale_() is being called after step().");
+  check_not_listed(optimizer, "unscale_()");
   const at::Tensor found_inf = at::zeros({}, scale_.options());
   FoundInfPerDevice found = detail::unscale_grads_(optimizer, inv_scale(), found_inf,
                                                    /*allow_fp16=*/false, /*own_found_inf=*/true);
+  record_unscaled(optimizer);
   // The grads are divided from here on, so the stage changes before the reducer runs: if the
   // collective throws (a timeout), a retry cannot divide them again, and step() and update()
   // run the reduction again before they decide.
@@ -157,30 +160,78 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   record_found_inf(optimizer, state, std::move(found));
 }
 
+// Note [Gradient lists and optimizers]
+// unscale_grads_() divides gradients that an optimizer may also own, and unscale_()/step() know
+// nothing of lists: unscaling the same gradient by both paths in one iteration would divide it
+// twice, and update() would count both checks. So each path records the TensorImpls it divided
+// (a push_back per gradient; the sets are only built when a list was unscaled), and each refuses
+// a gradient the other (or itself) already divided since the last update().
+namespace {
+std::unordered_set<const void*> as_set(const std::vector<const void*>& impls) {
+  return std::unordered_set<const void*>(impls.begin(), impls.end());
+}
+}  // namespace
+
+void GradScaler::check_not_listed(const torch::optim::Optimizer& optimizer,
+                                  const char* funcname) const {
+  if (listed_grads_.empty()) return;
+  const std::unordered_set<const void*> listed = as_set(listed_grads_);
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& param : group.params()) {
+      TORCH_CHECK(!param.grad().defined() || listed.count(param.grad().unsafeGetTensorImpl()) == 0,
+                  funcname, ": a gradient of this optimizer was already unscaled by "
+                  "unscale_grads_() since the last update(); unscaling it again would divide it "
+                  "twice.");
+    }
+  }
+}
+
+void GradScaler::record_unscaled(const torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& param : group.params()) {
+      if (param.grad().defined()) unscaled_grads_.push_back(param.grad().unsafeGetTensorImpl());
+    }
+  }
+}
+
 at::Tensor GradScaler::unscale_grads_(const std::vector<at::Tensor>& grads) {
   if (!options_.enabled()) {
-    const c10::Device device = grads.empty() || !grads.front().defined() ? c10::Device(c10::kCPU)
-                                                                         : grads.front().device();
-    return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+    auto first = std::find_if(grads.begin(), grads.end(),
+                              [](const at::Tensor& g) { return g.defined(); });
+    return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(
+                             first == grads.end() ? c10::Device(c10::kCPU) : first->device()));
   }
   check_scale_growth_tracker("unscale_grads_");
+  std::unordered_set<const void*> done = as_set(unscaled_grads_);
+  done.insert(listed_grads_.begin(), listed_grads_.end());
   std::vector<at::Tensor> to_unscale;
+  std::vector<const void*> impls;
   for (at::Tensor grad : grads) {  // a copy of the handle: a caller's grad is never replaced
-    if (grad.defined()) to_unscale.push_back(detail::grad_to_unscale(grad, /*allow_fp16=*/false));
+    if (!grad.defined()) continue;
+    TORCH_CHECK(done.insert(grad.unsafeGetTensorImpl()).second,
+                "unscale_grads_(): a gradient was already unscaled since the last update() (by "
+                "unscale_(), step() or unscale_grads_(), or twice in this list); unscaling it "
+                "again would divide it twice.");
+    impls.push_back(grad.unsafeGetTensorImpl());
+    to_unscale.push_back(detail::grad_to_unscale(grad, /*allow_fp16=*/false));
   }
   const at::Tensor found_inf = at::zeros({}, scale_.options());
-  per_optimizer_states_.push_back(PerOptimizerState{nullptr, OptState::kUnscaled, {}});
-  PerOptimizerState& state = per_optimizer_states_.back();
+  PerOptimizerState state{nullptr, OptState::kUnscaled, {}};
   state.found_inf_per_device =
       detail::unscale_grad_list_(to_unscale, inv_scale(), found_inf, /*own_found_inf=*/true);
+  // Recorded only once every kernel ran: a call that threw leaves no check behind for update().
   // No grads: a clean check, so that update() has one to count.
   if (state.found_inf_per_device.empty()) {
     state.found_inf_per_device.emplace_back(scale_.device(), found_inf);
   }
   state.recorded = true;
   state.reduced = false;
-  reduce_found_inf(state);
-  return combine_found_inf(state.found_inf_per_device, scale_.device());
+  listed_grads_.insert(listed_grads_.end(), impls.begin(), impls.end());
+  per_optimizer_states_.push_back(std::move(state));
+  reduce_found_inf(per_optimizer_states_.back());
+  // A copy: what update() decides with is not the caller's to change.
+  return combine_found_inf(per_optimizer_states_.back().found_inf_per_device, scale_.device())
+      .clone();
 }
 
 // The reciprocal in double, rounded to float: exact for powers of two, as PyTorch's
@@ -220,6 +271,7 @@ void GradScaler::set_found_inf_reducer(FoundInfReducer reducer) {
 
 at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimizerState& state) {
   auto& amp = dynamic_cast<SupportsAmpScaling&>(optimizer);
+  if (state.stage == OptState::kReady) check_not_listed(optimizer, "step()");
   if (state.stage == OptState::kReady && !state.recorded) {
     // Record found_inf from the still-scaled grads; the optimizer unscales them itself. Once: a
     // step() retried after the reducer threw has already run the reduction again (step()), and
@@ -249,6 +301,7 @@ at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimiz
     }
   } clear{amp};
   at::Tensor result = optimizer.step();
+  if (state.stage == OptState::kReady) record_unscaled(optimizer);  // the kernel unscaled them
   state.stage = OptState::kStepped;
   return result;
 }
@@ -317,6 +370,8 @@ void GradScaler::update() {
                                    }),
                     last_steps_.end());
   per_optimizer_states_.clear();
+  unscaled_grads_.clear();
+  listed_grads_.clear();
   if (!event_callbacks_.empty() || options_.at_min_scale() != AtMinScale::kClamp) {
     dispatch_events();
   }
@@ -327,6 +382,8 @@ void GradScaler::update(double new_scale) {
   check_scale_growth_tracker("update");
   scale_.fill_(new_scale);
   per_optimizer_states_.clear();
+  unscaled_grads_.clear();
+  listed_grads_.clear();
 }
 
 void GradScaler::update(const at::Tensor& new_scale) {
@@ -342,6 +399,8 @@ void GradScaler::update(const at::Tensor& new_scale) {
   c10::NoGradGuard no_grad;
   scale_.copy_(new_scale.reshape({}));
   per_optimizer_states_.clear();
+  unscaled_grads_.clear();
+  listed_grads_.clear();
 }
 
 double GradScaler::get_scale() const {
