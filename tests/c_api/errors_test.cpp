@@ -315,7 +315,8 @@ TEST(StateErrorsTest, BytesOfSomethingElseThanADictFail) {
     return mixprec_grad_scaler_load_state_dict(f.c.get(), list.data(), list.size());
   });
   EXPECT_EQ(rc, MIXPREC_ERROR_RUNTIME);
-  EXPECT_NE(std::string(mixprec_last_error()), "");
+  EXPECT_EQ(std::string(mixprec_last_error()),
+            "mixprec_grad_scaler_load_state_dict: the bytes hold a GenericList, not a state dict");
   EXPECT_EQ(f.state_bytes(), f.bytes);
 }
 
@@ -328,7 +329,10 @@ TEST(StateErrorsTest, ASmallBufferIsBufferTooSmallWithTheSizeSetAndTheBufferUnto
   });
   EXPECT_EQ(rc, MIXPREC_ERROR_BUFFER_TOO_SMALL);
   EXPECT_EQ(size, f.bytes.size());
-  EXPECT_NE(std::string(mixprec_last_error()), "");
+  EXPECT_EQ(std::string(mixprec_last_error()),
+            "mixprec_grad_scaler_state_dict: the state takes " + std::to_string(f.bytes.size()) +
+                " bytes, the buffer has " + std::to_string(small.size()) +
+                " (call with buffer NULL for the size)");
   EXPECT_EQ(small, std::vector<char>(f.bytes.size() - 1, '\x11'));
 }
 
