@@ -13,6 +13,9 @@
 /// c10d::ProcessGroup; Optimizer::zero_grad() sets grads to undefined by default; optimizer state
 /// keyed differently (tests/torch/optim_checkpoint_test.cpp); at::_fused_adamw_ on CUDA.
 #define MIXPREC_TORCH_2 MIXPREC_TORCH_AT_LEAST(2, 0)
+/// LibTorch 2.1: float8 dtypes (at::kFloat8_e4m3fn, at::kFloat8_e5m2), and so mixprec/fp8.h
+/// (CMakeLists.txt builds its sources from the same version: MIXPREC_WITH_FP8).
+#define MIXPREC_TORCH_FP8 MIXPREC_TORCH_AT_LEAST(2, 1)
 /// LibTorch 2.2: CPU autocast takes float16 (1.13 knows only bfloat16).
 #define MIXPREC_TORCH_CPU_FP16_AUTOCAST MIXPREC_TORCH_AT_LEAST(2, 2)
 /// LibTorch 2.4: the autocast functions take a DeviceType (set_autocast_enabled(device, on), ...)

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mixprec/core/fp8.h"
 #include "mixprec/core/optim_kernels.h"
 #include "mixprec/core/scale_policy.h"
 #include "mixprec/core/tensor_view.h"
@@ -31,6 +32,25 @@ void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hype
 /// core::fused_adam_ on the current device, likewise.
 void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
                 const float* grad_scale, const float* found_inf, void* stream);
+
+// FP8 (src/cuda/fp8.cu): core::amax_, quantize_fp8_, quantize_fp8_current_, dequantize_fp8_,
+// quantize_mxfp8_, dequantize_mxfp8_ and delayed_scaling_update_ on the current device, queued on
+// `stream`; every pointer is device memory, except `tensors` of delayed_scaling_update (host
+// memory, the pointers in it device memory).
+void amax(const TensorView& x, float* amax, void* stream);
+void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, const float* scale,
+                  float* amax, void* stream);
+void quantize_fp8_current(const TensorView& x, std::uint8_t* q, Fp8Format format,
+                          const CurrentScaling& rule, float* scale, float* scale_inv, float* amax,
+                          void* stream);
+void dequantize_fp8(const std::uint8_t* q, Fp8Format format, const float* scale_inv,
+                    const TensorView& out, void* stream);
+void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
+                    Fp8Format format, void* stream);
+void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
+                      Fp8Format format, const TensorView& out, void* stream);
+void delayed_scaling_update(const DelayedTensor* tensors, std::size_t count,
+                            const DelayedScaling& rule, void* stream);
 
 /// Number of CUDA devices visible (0 when there is no driver or device); never throws.
 int device_count();

@@ -1,0 +1,203 @@
+// mixprec::fp8: FP8 training on LibTorch (>= 2.1, which has float8 dtypes). What GradScaler's one
+// loss scale did for fp16, FP8 needs per tensor (or per block of 32): a scale from the tensor's
+// absolute maximum (amax). This header has the functional ops (the fixed API of api.md), the
+// recipes (delayed, current, MXFP8), the scope guard that turns FP8 on, and fp8::Linear, a drop-in
+// for torch::nn::Linear. The kernels and the scale rules are the core's (mixprec/core/fp8.h);
+// docs/fp8.md has the formulas, their sources and what runs where.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/arg.h>
+#include <torch/nn/cloneable.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "mixprec/torch_version.h"
+
+#if !MIXPREC_TORCH_FP8
+#error "mixprec/fp8.h needs LibTorch >= 2.1 (float8 dtypes); this LibTorch has none, and mixprec \
+was built without its FP8 LibTorch part (its core FP8 kernels, mixprec/core/fp8.h, still work)."
+#endif
+
+namespace mixprec::fp8 {
+
+// ---- Functional ops (api.md) ----------------------------------------------------------------
+
+/// max |x| over all elements, as a 1-element float32 tensor on x's device (NaN if any element is
+/// NaN; 0 for an empty x). x: float32, float64, float16 or bfloat16, any strides.
+at::Tensor amax(const at::Tensor& x);
+
+/// q = saturate(x * scale) rounded to nearest even into fp8_dtype (at::kFloat8_e4m3fn or
+/// at::kFloat8_e5m2), of x's shape; scale: 1-element float32 on x's device. Bit for bit
+/// x.to(kFloat).mul(scale).clamp(-max, max).to(fp8_dtype): inf saturates to +-max, NaN stays NaN.
+at::Tensor quantize(const at::Tensor& x, const at::Tensor& scale, at::ScalarType fp8_dtype);
+
+/// x' = (q.to(kFloat) * scale_inv).to(out_dtype); scale_inv: 1-element float32 on q's device.
+at::Tensor dequantize(const at::Tensor& q, const at::Tensor& scale_inv, at::ScalarType out_dtype);
+
+/// quantize(), also recording amax(x) into `amax_slot` (a 1-element float32 view on x's device)
+/// as amax_slot = max(amax_slot, amax(x)), in the same pass over x: delayed scaling's cast.
+at::Tensor quantize_and_record_amax(const at::Tensor& x, const at::Tensor& scale,
+                                    at::ScalarType fp8_dtype, const at::Tensor& amax_slot);
+
+/// An MXFP8 tensor: FP8 elements and one E8M0 scale (uint8, 2^(e-127)) per block of 32 elements
+/// along the last dimension.
+struct MxTensor {
+  at::Tensor data;    ///< fp8, the shape of the quantized tensor
+  at::Tensor scales;  ///< uint8, shape [..., ceil(last dim / 32)]
+};
+
+/// MXFP8 block quantize (OCP MX v1.0, scales as TE's MXFP8BlockScaling; core::mx_block_exponent):
+/// blocks of 32 along x's last dimension, the last block of a row may be shorter.
+MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype = at::kFloat8_e4m3fn);
+
+/// Each element times its block's scale, rounded to out_dtype.
+at::Tensor dequantize_mxfp8(const MxTensor& q, at::ScalarType out_dtype);
+
+// ---- Recipes --------------------------------------------------------------------------------
+
+/// How FP8 casts choose their scales.
+enum class Scaling {
+  kDelayed,  ///< TE DelayedScaling: scales from each tensor's amax history, updated per iteration
+  kCurrent,  ///< torchao tensorwise / TE Float8CurrentScaling: from the tensor's own amax
+  kMxfp8,    ///< TE MXFP8BlockScaling: an E8M0 scale per block of 32 (E4M3 elements)
+  kNone,     ///< scale 1 everywhere: FP8 without scaling, for comparison (as enabled(false))
+};
+
+/// Which format each tensor is cast to.
+enum class Format {
+  kE4M3,    ///< E4M3 for inputs, weights and gradients
+  kHybrid,  ///< E4M3 for inputs and weights, E5M2 for gradients (TE's default)
+};
+
+/// How the delayed rule reduces a history (core::AmaxAlgo).
+enum class AmaxAlgo { kMax, kMostRecent };
+
+/// Every setting of a recipe; each default is TE's (delayed), torchao's (current eps).
+struct RecipeOptions {
+  TORCH_ARG(Scaling, scaling) = Scaling::kDelayed;
+  /// kMxfp8 always uses E4M3 elements (as TE); the others follow this.
+  TORCH_ARG(Format, format) = Format::kHybrid;
+  /// Delayed: the scale is divided by 2^margin.
+  TORCH_ARG(int, margin) = 0;
+  /// Delayed: amaxes kept per tensor; fp8::Linear's buffers must have this length.
+  TORCH_ARG(std::int64_t, amax_history_len) = 1024;
+  TORCH_ARG(AmaxAlgo, amax_compute_algo) = AmaxAlgo::kMax;
+  /// Current: amaxes below eps count as eps.
+  TORCH_ARG(double, eps) = 1e-12;
+  /// Current: scales rounded down to powers of two.
+  TORCH_ARG(bool, power_of_2_scales) = false;
+};
+
+namespace detail {
+struct RecipeState;
+}  // namespace detail
+
+/// A recipe: its options and the delayed rule's bookkeeping (which tensors were cast since the
+/// last update), shared by copies. One per model, kept across iterations.
+///
+/// **Example**
+/// ```cpp
+/// mixprec::fp8::Recipe recipe(mixprec::fp8::RecipeOptions().scaling(mixprec::fp8::Scaling::kDelayed));
+/// ```
+class Recipe {
+ public:
+  /// Throws c10::Error for invalid options (amax_history_len < 1, eps <= 0, ...).
+  explicit Recipe(RecipeOptions options = {});
+
+  const RecipeOptions& options() const;
+
+  /// Delayed scaling's once-per-iteration update of every tensor cast since the last call:
+  /// their slot-0 amaxes all-reduced in one collective (when an amax reduction is set), then
+  /// core::delayed_scaling_update_ in one batched pass. Tensors not cast are left alone. No host
+  /// synchronisation on CUDA. Nothing to do for the other rules. Autocast's constructor calls it.
+  void update();
+
+  /// The cross-rank reduction of the amaxes of one iteration: gets one float32 tensor of all of
+  /// them and reduces it in place (mixprec::distributed::fp8_amax_reduction gives c10d's MAX,
+  /// with NaN sent as inf). Every rank must cast the same tensors in the same order.
+  void set_amax_reduction(std::function<void(at::Tensor&)> reduce);
+
+  /// Internal: the state shared with the casts.
+  const std::shared_ptr<detail::RecipeState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<detail::RecipeState> state_;
+};
+
+/// Turns FP8 on for this thread in its scope, like TE's fp8_autocast: fp8::Linear modules run
+/// their forward (and so their backward) with `recipe`. Its constructor first runs
+/// recipe.update(), so the delayed scales of one iteration come from the amaxes up to the last
+/// one. Scopes nest (the inner recipe wins until it ends); backward may run after the scope.
+///
+/// **Example**
+/// ```cpp
+/// {
+///   mixprec::fp8::Autocast fp8(recipe);
+///   loss = torch::mse_loss(model->forward(x), y);
+/// }
+/// loss.backward();
+/// ```
+class Autocast {
+ public:
+  explicit Autocast(Recipe& recipe);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+  /// The recipe of the innermost active scope on this thread, or null outside every scope.
+  static Recipe* current();
+
+ private:
+  Recipe* previous_;
+};
+
+// ---- fp8::Linear ----------------------------------------------------------------------------
+
+/// Options of fp8::Linear (torch::nn::LinearOptions, plus the length of its amax histories).
+struct LinearOptions {
+  LinearOptions(std::int64_t in_features, std::int64_t out_features);
+  TORCH_ARG(std::int64_t, in_features);
+  TORCH_ARG(std::int64_t, out_features);
+  TORCH_ARG(bool, bias) = true;
+  /// Rows of the delayed-scaling history buffer; must equal the recipe's amax_history_len.
+  TORCH_ARG(std::int64_t, amax_history_len) = 1024;
+};
+
+/// A drop-in for torch::nn::Linear (same parameters, same initialization). Outside an
+/// fp8::Autocast scope it is torch::nn::Linear. Inside, forward casts the input and the weight
+/// to FP8 and backward casts grad_output, each with its scale from the recipe; the GEMM is
+/// at::_scaled_mm where LibTorch has it for the device (CUDA, sm_89+, dimensions multiples of 16),
+/// else the FP8 values are dequantized and multiplied in the input's dtype (on the CPU an
+/// emulation: the FP8 rounding is real, the speed is not). The delayed-scaling state is made of
+/// buffers, so torch::save / torch::load keep it.
+class LinearImpl : public torch::nn::Cloneable<LinearImpl> {
+ public:
+  LinearImpl(std::int64_t in_features, std::int64_t out_features)
+      : LinearImpl(LinearOptions(in_features, out_features)) {}
+  explicit LinearImpl(const LinearOptions& options);
+
+  void reset() override;
+  void reset_parameters();
+  void pretty_print(std::ostream& stream) const override;
+
+  /// input: [..., in_features] -> [..., out_features].
+  at::Tensor forward(const at::Tensor& input);
+
+  LinearOptions options;
+  at::Tensor weight;  ///< [out_features, in_features]
+  at::Tensor bias;    ///< [out_features], undefined without bias
+  /// Delayed scaling: [amax_history_len, 3] float32, columns input, weight, grad_output; row 0
+  /// holds this iteration's amaxes (TE's layout).
+  at::Tensor amax_history;
+  /// [3] float32: the scales of input, weight, grad_output (delayed; current: the last used).
+  at::Tensor scale;
+  /// [3] float32: 1 / scale.
+  at::Tensor scale_inv;
+};
+TORCH_MODULE(Linear);
+
+}  // namespace mixprec::fp8

@@ -1,0 +1,32 @@
+// CPU backend of the FP8 kernels (internal; called only from src/core/kernels.cpp, which has
+// validated the arguments). OpenMP threads over pieces of the tensor, Highway SIMD inside each
+// piece (src/cpu/fp8_simd.cpp); results never depend on the thread count or the SIMD target.
+#pragma once
+
+#include <cstdint>
+
+#include "mixprec/core/fp8.h"
+#include "mixprec/core/tensor_view.h"
+
+namespace mixprec::core::cpu {
+
+/// *amax = max(*amax, max |x|), NaN-propagating.
+void amax(const TensorView& x, float* amax);
+
+/// q = float_to_fp8_bits(float(x) * scale); when amax is not null, also *amax = max(*amax, max|x|).
+void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
+                  float* amax);
+
+/// out = out.dtype(fp8_bits_to_float(q) * scale_inv).
+void dequantize_fp8(const std::uint8_t* q, Fp8Format format, float scale_inv,
+                    const TensorView& out);
+
+/// core::quantize_mxfp8_ on the CPU.
+void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q,
+                    std::uint8_t* scales, Fp8Format format);
+
+/// core::dequantize_mxfp8_ on the CPU.
+void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
+                      Fp8Format format, const TensorView& out);
+
+}  // namespace mixprec::core::cpu
