@@ -2,7 +2,7 @@
 # The one-shot GPU check (docs/gpu_check.md). On a machine with a GPU, nvcc and a Python torch 2.x
 # wheel built with CUDA, it configures mixprec against the wheel's LibTorch, builds only the GPU
 # targets, runs the CUDA core tests, the GPU tests, seed example 3, the differential run against
-# Python and the GPU benchmark, and writes everything to ONE markdown file:
+# Python, the FP8 cast timings and the GPU benchmark, and writes everything to ONE markdown file:
 #   ${OUT:-gpu_check_out}/gpu_check.md     (logs of every stage next to it, in logs/)
 # Every stage is timed and has its own timeout inside an overall budget (GPU_CHECK_BUDGET_S,
 # default 450 s); a failing stage is recorded and the next one runs.
@@ -43,6 +43,7 @@ env_lines=()   # "- key: value" lines of the report header
 rows=()        # stage table rows
 details=()     # per-stage log excerpts
 bench_table="" # markdown made from the benchmark JSON
+fp8_table=""   # the FP8 cast timings GpuFp8.PrintsAmaxAndQuantizeBandwidthNextToADeviceCopy prints
 overall=0
 
 note() { echo "gpu_check: $*" >&2; }
@@ -59,6 +60,14 @@ write_report() {
     echo "| stage | result | time (s) | note |"
     echo "|---|---|---|---|"
     printf '%s\n' "${rows[@]}"
+    if [[ -n "$fp8_table" ]]; then
+      echo
+      echo "## FP8 casts"
+      echo
+      echo '```'
+      echo "$fp8_table"
+      echo '```'
+    fi
     if [[ -n "$bench_table" ]]; then
       echo
       echo "## Benchmark"
@@ -275,6 +284,23 @@ gpu_ctest() {
 export -f gpu_ctest
 stage gpu-tests 200 "" -- gpu_ctest
 rows[-1]="${rows[-1]% |} $(grep -E 'tests passed|skipped tests:' "$logs/gpu-tests.log" | tr '\n' ' ' | sed 's/|/\\|/g') |"
+
+# The FP8 cast timings (tests/gpu/fp8_cuda_test.cpp, also run by gpu-tests, where CTest keeps its
+# output): amax and quantize in GB/s next to a device copy, printed into the report. The test is
+# compiled only against a LibTorch with float8 dtypes (>= 2.1).
+fp8_bandwidth() {
+  local bin="$build/tests/gpu/mixprec_gpu_tests"
+  [[ -x "$bin" ]] || { echo "$bin was not built (see logs/build.log)"; return 1; }
+  "$bin" --gtest_filter='GpuFp8.PrintsAmaxAndQuantizeBandwidthNextToADeviceCopy' || return 1
+  grep -q '^FP8 casts of' "$logs/fp8-bandwidth.log" || {
+    echo "no FP8 timings printed: mixprec_gpu_tests has no FP8 tests (LibTorch < 2.1?)" >&2
+    return 1
+  }
+}
+export -f fp8_bandwidth
+stage fp8-bandwidth 60 "see the FP8 casts section" -- fp8_bandwidth
+fp8_table="$(sed -n '/^FP8 casts of/,/^\[/p' "$logs/fp8-bandwidth.log" 2>/dev/null | grep -v '^\[')"
+write_report
 
 seed3() {  # stdout must be exactly the seed's two lines; it must have run on the GPU
   local bin="$1"

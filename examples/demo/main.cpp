@@ -1,6 +1,8 @@
-// mixprec_demo: shows why a GradScaler exists. Trains one small MLP three times (fp32, fp16 without
-// loss scaling, fp16 with mixprec::GradScaler) and prints, logs and plots what fp16 costs without
-// scaling: gradient elements flushed to zero and a worse final loss. See docs/demo.md.
+// mixprec_demo: shows why a GradScaler exists, and why FP8 needs a scale per tensor. Trains one
+// small MLP in fp32, fp16 without loss scaling, fp16 with mixprec::GradScaler, bf16 and (LibTorch
+// >= 2.1) FP8 with each of mixprec::fp8's recipes and without scaling, and prints, logs and plots
+// what low precision costs without scaling: gradient elements flushed to zero and a worse final
+// loss. See docs/demo.md.
 #include <mixprec/mixprec.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -64,18 +66,43 @@ int run(const mixprec_demo::Options& o) {
   }
   std::cout << "GradScaler: init_scale " << config.init_scale
             << ", growth_factor 2, backoff_factor 0.5, growth_interval " << config.growth_interval
-            << " (PyTorch's default 2000 is too long for a short demo)\n"
-            << std::endl;
+            << " (PyTorch's default 2000 is too long for a short demo)\n";
+  std::cout << "bf16: real, under mixprec::AutocastGuard(" << (config.cuda ? "CUDA" : "CPU")
+            << ", bfloat16): fp32's exponent range, 8 significant bits; the reference of the fp8 "
+               "runs\n";
+  std::vector<RunKind> kinds = {RunKind::kFp32, RunKind::kFp16, RunKind::kFp16Scaled,
+                                RunKind::kBf16};
+  if (fp8_run_supported()) {
+    std::cout << "fp8: mixprec::fp8::Linear layers (the same initial weights) under "
+                 "mixprec::fp8::Autocast(recipe), E4M3 forward, E5M2 gradients (MXFP8: E4M3, "
+                 "a scale per block of 32); recipes at their defaults; "
+              << (config.cuda ? "on CUDA"
+                              : "on the CPU an EMULATION: the FP8 rounding is real, "
+                                "the GEMMs are fp32 on dequantized values")
+              << "\n";
+    kinds.insert(kinds.end(), {RunKind::kFp8None, RunKind::kFp8Delayed, RunKind::kFp8Current,
+                               RunKind::kFp8Mxfp8});
+  } else {
+    std::cout << "fp8 runs: left out: this LibTorch (" TORCH_VERSION
+                 ") has no float8 dtypes (LibTorch >= 2.1 has)\n";
+  }
+  std::cout << std::endl;
 
   std::vector<RunResult> runs;
-  for (RunKind kind : {RunKind::kFp32, RunKind::kFp16, RunKind::kFp16Scaled}) {
+  for (RunKind kind : kinds) {
     std::cout.flush();  // keep stdout in order with the progress lines on stderr
     runs.push_back(train(data, kind, config));
   }
   print_table(std::cout, runs);
   std::cout << "(final loss: MSE of the final weights over all samples, computed in fp32; "
-               "flushed: gradient elements non-zero in fp32 that became 0 when stored in fp16, "
-               "over all steps)\n\n";
+               "flushed: gradient elements non-zero in fp32 that became 0 when stored in fp16"
+            << (fp8_run_supported() ? ", or when cast to fp8 at a layer's grad_output" : "")
+            << ", over all steps)\n\n";
+  if (fp8_run_supported()) {
+    print_fp8_table(std::cout, runs);
+    std::cout << "(vs bf16: final loss over the bf16 run's; delayed and current have one scale "
+                 "per tensor, MXFP8 one per block of 32 elements)\n\n";
+  }
 
   std::filesystem::create_directories(o.out);
   const std::filesystem::path out(o.out);
@@ -83,9 +110,13 @@ int run(const mixprec_demo::Options& o) {
   write_summary_csv((out / "summary.csv").string(), runs);
   std::cout << "wrote " << (out / "log.csv").string() << " (per step) and "
             << (out / "summary.csv").string() << " (the table)\n";
+  if (fp8_run_supported()) {
+    write_fp8_scales_csv((out / "fp8_scales.csv").string(), runs);
+    std::cout << "wrote " << (out / "fp8_scales.csv").string() << " (fp8 scales per step)\n";
+  }
   std::string message;
   if (write_plot(o.out, runs, &message)) {
-    std::cout << "wrote " << message << " (loss and scale per step)\n";
+    std::cout << "wrote " << message << " (loss and scales per step)\n";
   } else {
     std::cout << "no plot: " << message << "\n";
   }

@@ -7,8 +7,10 @@
 namespace mixprec_demo {
 
 std::string usage() {
-  return R"(mixprec_demo: what loss scaling buys. Trains the same small MLP three times
-(fp32, fp16 without loss scaling, fp16 with mixprec::GradScaler) and compares them.
+  return R"(mixprec_demo: what loss scaling buys. Trains the same small MLP in fp32, fp16
+without loss scaling, fp16 with mixprec::GradScaler and bf16, and with LibTorch >= 2.1
+in FP8 (mixprec::fp8::Linear) without scaling and with the delayed, current and MXFP8
+recipes, and compares them.
 
 Usage: mixprec_demo [flags]
   --steps N       optimizer steps per run (default 1000)
@@ -27,11 +29,13 @@ Usage: mixprec_demo [flags]
                   gradients rounded through fp16 at every layer boundary), or auto (default:
                   native where LibTorch can, emulated otherwise)
   --csv PATH      train on a CSV file instead: numeric columns, the last one the target
-  --out DIR       folder for log.csv, summary.csv and plot.png (default demo_out)
+  --out DIR       folder for log.csv, summary.csv, fp8_scales.csv and plot.png
+                  (default demo_out)
   --help          this text
 
 On a CPU with LibTorch 1.13 (no fp16 autocast there), fp16 is emulated: activations and
-gradients are rounded through fp16 at every layer boundary (see docs/demo.md).
+gradients are rounded through fp16 at every layer boundary (see docs/demo.md). FP8 on a
+CPU is an emulation too: the FP8 rounding is real, the GEMMs run in fp32.
 )";
 }
 

@@ -1,4 +1,4 @@
-// The demo's picture: loss and loss scale per step as a PNG, drawn by gnuplot run as a
+// The demo's picture: loss, loss scale and FP8 scales per step as a PNG, drawn by gnuplot run as a
 // subprocess on a generated script (Debian package gnuplot-nox).
 #pragma once
 

@@ -15,19 +15,29 @@ struct StepRecord {
   double scale = 1;          ///< the GradScaler's scale after update(); 1 without a scaler
   bool skipped = false;      ///< the scaler skipped optimizer.step() (inf/NaN gradients)
   double flushed_share = 0;  ///< of this step's non-zero gradient elements, share fp16 zeroed
+  /// FP8 runs: the scale linear0's grad_output was multiplied by before its FP8 cast in this
+  /// step's backward (delayed, current: the layer's one scale; MXFP8: the smallest and largest of
+  /// its blocks' scales, 2^(127 - e) for E8M0 exponent e; no scaling: 1). 0 elsewhere.
+  double fp8_grad_scale_min = 0;
+  double fp8_grad_scale_max = 0;  ///< see fp8_grad_scale_min
 };
 
 /// One run: its name, its steps and the numbers of the table.
 struct RunResult {
-  std::string name;  ///< "fp32", "fp16 no scaling", "fp16 + GradScaler"
-  std::string key;   ///< the CSV name: fp32, fp16, fp16_scaled
+  /// "fp32", "fp16 no scaling", "fp16 + GradScaler", "bf16", "fp8 no scaling", "fp8 delayed",
+  /// "fp8 current", "fp8 MXFP8"
+  std::string name;
+  /// the CSV name: fp32, fp16, fp16_scaled, bf16, fp8_none, fp8_delayed, fp8_current, fp8_mxfp8
+  std::string key;
+  bool fp8 = false;  ///< an fp8::Linear run: its steps carry fp8_grad_scale_*
   std::vector<StepRecord> steps;
   double final_loss = 0;  ///< MSE of the final weights over all samples, in fp32
   std::int64_t skipped_steps = 0;
   double final_scale = 1;
-  bool flush_measured = false;        ///< false for fp32 (nothing is rounded) and on CUDA
+  /// false for fp32 (nothing is rounded), bf16 and real fp16 (no fp32 copy of the gradients)
+  bool flush_measured = false;
   std::int64_t nonzero_grads = 0;     ///< gradient elements non-zero in fp32, over all steps
-  std::int64_t flushed_grads = 0;     ///< of those, elements fp16 rounding turned into zero
+  std::int64_t flushed_grads = 0;     ///< of those, elements fp16 (fp8) rounding turned into zero
   std::int64_t overflowed_grads = 0;  ///< of those, elements fp16 rounding turned into inf
   double seconds = 0;
 

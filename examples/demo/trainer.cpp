@@ -1,5 +1,6 @@
-// The demo's training loop: the same loop for all three runs; the fp16 runs differ only in
-// GradScalerOptions().enabled(), exactly as the seed's "enabled=False" example toggles it.
+// The demo's training loop: the same loop for all runs; the fp16 runs differ only in
+// GradScalerOptions().enabled(), exactly as the seed's "enabled=False" example toggles it, and the
+// FP8 runs only in the fp8::Recipe their fp8::Linear layers run under.
 #include "trainer.h"
 
 #include <mixprec/mixprec.h>
@@ -9,9 +10,11 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "fp8_model.h"
 #include "model.h"
 
 namespace mixprec_demo {
@@ -48,27 +51,89 @@ class Progress {
   bool tty_ = isatty(fileno(stderr)) != 0;
 };
 
+struct RunNames {
+  const char* name;
+  const char* key;
+};
+
+RunNames names(RunKind kind) {
+  switch (kind) {
+    case RunKind::kFp32:
+      return {"fp32", "fp32"};
+    case RunKind::kFp16:
+      return {"fp16 no scaling", "fp16"};
+    case RunKind::kFp16Scaled:
+      return {"fp16 + GradScaler", "fp16_scaled"};
+    case RunKind::kBf16:
+      return {"bf16", "bf16"};
+    case RunKind::kFp8None:
+      return {"fp8 no scaling", "fp8_none"};
+    case RunKind::kFp8Delayed:
+      return {"fp8 delayed", "fp8_delayed"};
+    case RunKind::kFp8Current:
+      return {"fp8 current", "fp8_current"};
+    case RunKind::kFp8Mxfp8:
+      return {"fp8 MXFP8", "fp8_mxfp8"};
+  }
+  return {"?", "?"};
+}
+
+bool is_fp8(RunKind kind) {
+  return kind == RunKind::kFp8None || kind == RunKind::kFp8Delayed ||
+         kind == RunKind::kFp8Current || kind == RunKind::kFp8Mxfp8;
+}
+
+#if MIXPREC_TORCH_FP8
+// Each recipe with its defaults (TE's, torchao's): the demo shows them as a user gets them.
+mixprec::fp8::RecipeOptions recipe_options(RunKind kind) {
+  using mixprec::fp8::Scaling;
+  const Scaling scaling = kind == RunKind::kFp8None      ? Scaling::kNone
+                          : kind == RunKind::kFp8Delayed ? Scaling::kDelayed
+                          : kind == RunKind::kFp8Current ? Scaling::kCurrent
+                                                         : Scaling::kMxfp8;
+  return mixprec::fp8::RecipeOptions().scaling(scaling);
+}
+#endif
+
 }  // namespace
+
+bool fp8_run_supported() { return MIXPREC_TORCH_FP8 != 0; }
 
 RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
   RunResult result;
-  result.name = kind == RunKind::kFp32   ? "fp32"
-                : kind == RunKind::kFp16 ? "fp16 no scaling"
-                                         : "fp16 + GradScaler";
-  result.key = kind == RunKind::kFp32 ? "fp32" : kind == RunKind::kFp16 ? "fp16" : "fp16_scaled";
-  const bool fp16 = kind != RunKind::kFp32;
+  result.name = names(kind).name;
+  result.key = names(kind).key;
+  result.fp8 = is_fp8(kind);
+  if (result.fp8 && !fp8_run_supported()) {
+    throw std::invalid_argument("the " + result.name + " run needs LibTorch >= 2.1 (float8)");
+  }
+  const bool fp16 = kind == RunKind::kFp16 || kind == RunKind::kFp16Scaled;
   const torch::Device device =
       config.cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  const Precision precision = !fp16                ? Precision::kFp32
-                              : config.native_fp16 ? Precision::kNative
-                                                   : Precision::kFp16Emulated;
-  result.flush_measured = precision == Precision::kFp16Emulated;
+  // bf16 is always real (CPU bf16 autocast exists from LibTorch 1.10); FP8 runs in fp32 outside
+  // the layers' own casts, and counts those casts' flushes itself (Fp8Mlp::count_flushed).
+  const Precision precision = kind == RunKind::kBf16 ? Precision::kNative
+                              : !fp16                ? Precision::kFp32
+                              : config.native_fp16   ? Precision::kNative
+                                                     : Precision::kFp16Emulated;
+  const torch::ScalarType autocast_dtype = kind == RunKind::kBf16 ? torch::kBFloat16 : torch::kHalf;
+  result.flush_measured = precision == Precision::kFp16Emulated || result.fp8;
 
   torch::manual_seed(config.seed);  // the same initial weights in every run
   Mlp model(data.x.size(1), config.hidden, config.output_scale);
   model->to(device);
-  torch::optim::Adam optimizer(model->parameters(),
-                               torch::optim::AdamOptions(config.lr).eps(config.eps));
+  std::vector<torch::Tensor> parameters = model->parameters();
+#if MIXPREC_TORCH_FP8
+  // The FP8 model starts from the very same weights (copied), and keeps one recipe for the run.
+  const mixprec::fp8::RecipeOptions fp8_options = recipe_options(kind);
+  mixprec::fp8::Recipe recipe(fp8_options);
+  Fp8Mlp fp8_model{nullptr};
+  if (result.fp8) {
+    fp8_model = Fp8Mlp(*model, config.output_scale, fp8_options.amax_history_len());
+    parameters = fp8_model->parameters();
+  }
+#endif
+  torch::optim::Adam optimizer(parameters, torch::optim::AdamOptions(config.lr).eps(config.eps));
   mixprec::GradScaler scaler(mixprec::GradScalerOptions()
                                  .init_scale(config.init_scale)
                                  .growth_interval(config.growth_interval)
@@ -103,15 +168,28 @@ RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
     FlushCounter counter;
     optimizer.zero_grad();
     torch::Tensor loss;
-    {
-      // Real fp16 under autocast on the training device; emulated, the model rounds by itself.
-      std::optional<mixprec::AutocastGuard> autocast;
-      if (precision == Precision::kNative) autocast.emplace(device.type(), torch::kHalf);
-      loss = torch::mse_loss(model->forward(x, precision, &counter), y);
-    }
-    scaler.scale(loss).backward();
-    scaler.step(optimizer);
     StepRecord rec;
+#if MIXPREC_TORCH_FP8
+    if (result.fp8) {
+      {
+        mixprec::fp8::Autocast fp8(recipe);  // also the delayed recipe's once-per-step update
+        loss = torch::mse_loss(fp8_model->forward(x), y);
+      }
+      scaler.scale(loss).backward();  // the scaler is disabled here: FP8 scales per tensor
+      fp8_model->count_flushed(recipe, &counter, &rec.fp8_grad_scale_min, &rec.fp8_grad_scale_max);
+    }
+#endif
+    if (!result.fp8) {
+      // Real fp16 or bf16 under autocast on the training device; emulated fp16, the model rounds
+      // by itself.
+      {
+        std::optional<mixprec::AutocastGuard> autocast;
+        if (precision == Precision::kNative) autocast.emplace(device.type(), autocast_dtype);
+        loss = torch::mse_loss(model->forward(x, precision, &counter), y);
+      }
+      scaler.scale(loss).backward();
+    }
+    scaler.step(optimizer);
     rec.step = step;
     rec.loss = loss.item<double>();
     rec.skipped = !scaler.last_step_applied(optimizer);
@@ -127,8 +205,13 @@ RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
   }
 
   torch::NoGradGuard no_grad;
-  result.final_loss =
-      torch::mse_loss(model->forward(x_all, Precision::kFp32, nullptr), y_all).item<double>();
+  // Outside every autocast scope, so in fp32 for all runs (fp8::Linear is then nn::Linear).
+  torch::Tensor prediction;
+#if MIXPREC_TORCH_FP8
+  if (result.fp8) prediction = fp8_model->forward(x_all);
+#endif
+  if (!result.fp8) prediction = model->forward(x_all, Precision::kFp32, nullptr);
+  result.final_loss = torch::mse_loss(prediction, y_all).item<double>();
   result.final_scale = scaler.get_scale();
   result.nonzero_grads = total.nonzero;
   result.flushed_grads = total.flushed;

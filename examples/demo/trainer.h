@@ -1,5 +1,6 @@
-// One training run of the demo: fp32, fp16 without loss scaling, or fp16 with mixprec::GradScaler,
-// with the same data, initial weights and batch order, so the runs differ only in precision.
+// One training run of the demo: fp32, fp16 without loss scaling, fp16 with mixprec::GradScaler,
+// bf16, or FP8 with one of mixprec::fp8's recipes, with the same data, initial weights and batch
+// order, so the runs differ only in precision.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,20 @@
 
 namespace mixprec_demo {
 
-/// The three runs the demo compares.
-enum class RunKind { kFp32, kFp16, kFp16Scaled };
+/// The runs the demo compares. The FP8 ones need LibTorch >= 2.1 (fp8_run_supported()).
+enum class RunKind {
+  kFp32,
+  kFp16,
+  kFp16Scaled,
+  kBf16,        ///< real bf16 under mixprec::AutocastGuard(device, kBFloat16): FP8's reference
+  kFp8None,     ///< fp8::Linear, fp8::Scaling::kNone (every scale 1)
+  kFp8Delayed,  ///< fp8::Scaling::kDelayed (TE DelayedScaling defaults)
+  kFp8Current,  ///< fp8::Scaling::kCurrent (torchao tensorwise)
+  kFp8Mxfp8,    ///< fp8::Scaling::kMxfp8 (E8M0 scale per block of 32)
+};
+
+/// Whether this build can train the FP8 runs (LibTorch >= 2.1: float8 dtypes, mixprec/fp8.h).
+bool fp8_run_supported();
 
 /// Settings shared by all runs.
 struct TrainConfig {
@@ -35,6 +48,7 @@ struct TrainConfig {
 
 /// Trains a fresh model (weights drawn from config.seed) on `data` and records every step.
 /// Prints a progress line to stderr when the run takes more than a couple of seconds.
+/// Throws std::invalid_argument for an FP8 kind when !fp8_run_supported().
 RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config);
 
 }  // namespace mixprec_demo

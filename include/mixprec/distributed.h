@@ -1,5 +1,6 @@
 // mixprec::distributed: one overflow decision across all ranks, on PyTorch's c10d process groups
-// (Gloo, NCCL, or any c10d backend). Plugs into GradScaler::set_found_inf_reducer; needs a
+// (Gloo, NCCL, or any c10d backend). Plugs into GradScaler::set_found_inf_reducer, and reduces
+// FP8 delayed-scaling amaxes across ranks (fp8::Recipe::set_amax_reduction); needs a
 // LibTorch built with USE_DISTRIBUTED and mixprec built with MIXPREC_WITH_DISTRIBUTED.
 #pragma once
 
@@ -16,6 +17,7 @@ with -DMIXPREC_WITH_DISTRIBUTED=ON against a LibTorch with c10d (docs/distribute
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,31 @@ GradScaler::FoundInfReducer found_inf_reducer(ProcessGroupPtr group);
 /// What the reducer does, for composing a custom callback: all-reduces `found_inf` (any dtype and
 /// device the backends support) with MAX over each group in turn, in place, and waits.
 void all_reduce_max_(at::Tensor& found_inf, const std::vector<ProcessGroupPtr>& groups);
+
+/// A cross-rank reduction of FP8 amaxes for fp8::Recipe::set_amax_reduction (delayed scaling):
+/// it gets one floating-point tensor (float32 from the recipe) holding every amax cast since the
+/// last update, and all-reduces it in place with ReduceOp::MAX over each group in turn, in ONE
+/// collective per group, waiting for each. After it every rank of the union of the groups holds
+/// the elementwise max, so all ranks compute the same scales and keep identical histories (TE's
+/// reduce_amax; transformer_engine/pytorch/fp8.py, reduce_tensor_across_group_op_max).
+///
+/// NaN amaxes are first set to +inf, as MS-AMP does (msamp/common/tensor/meta.py): NCCL's MAX
+/// ignores NaN (Gloo's too), so a NaN on one rank would vanish and every rank would take its
+/// scales from the other ranks' amaxes. As +inf it reaches every rank, and the delayed rule keeps
+/// the old scale for an infinite amax exactly as for a NaN one. The fill is a tensor op (no host
+/// sync for CUDA tensors; NCCL's wait() orders the current stream after the collective). An empty
+/// tensor is left alone, with no collective. Every rank must cast the same tensors in the same
+/// order in every iteration: the collectives pair up by order and the amaxes by position. Throws
+/// c10::Error naming the group, its backend and this rank when a collective fails or times out.
+///
+/// **Example**
+/// ```cpp
+/// mixprec::fp8::Recipe recipe;  // delayed scaling
+/// recipe.set_amax_reduction(mixprec::distributed::fp8_amax_reduction(world));
+/// ```
+std::function<void(at::Tensor&)> fp8_amax_reduction(std::vector<ProcessGroupPtr> groups);
+/// The FP8 amax reduction over one process group (usually the world, or the data-parallel group).
+std::function<void(at::Tensor&)> fp8_amax_reduction(ProcessGroupPtr group);
 
 #if MIXPREC_TORCH_2
 /// LibTorch 2.x only: a c10d::Backend (e.g. a ProcessGroupNCCL made directly) used without a

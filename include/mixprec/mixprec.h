@@ -12,3 +12,7 @@
 #include "mixprec/telemetry.h"
 #include "mixprec/torch_version.h"
 
+#if MIXPREC_TORCH_FP8  // LibTorch >= 2.1: float8 dtypes (mixprec/fp8.h refuses older ones)
+#include "mixprec/fp8.h"
+#endif
+

@@ -1,1 +1,141 @@
-// placeholder: being written
+// CPU FP8 kernels: cut the tensor into pieces (whole MX blocks for MXFP8), run them on OpenMP
+// threads, and combine the workers' amaxes after the join. The per-element SIMD work is in
+// fp8_simd.cpp; every element is computed the same way whichever thread or target takes it.
+#include "cpu/fp8.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/fp8_simd.h"
+#include "cpu/threads.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
+#error "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
+#endif
+
+namespace mixprec::core::cpu {
+namespace {
+
+// Pieces of about kTaskBytes of the wide side (x, or out when dequantizing), shared out in
+// contiguous runs (OpenMP's static schedule), as Note [Chunking across tensors] of unscale.cpp
+// explains for the unscale kernel; the same sizes serve here.
+constexpr std::int64_t kTaskBytes = 128 * 1024;
+// Below this much work per thread, waking threads costs more than it saves.
+constexpr std::int64_t kMinBytesPerThread = 512 * 1024;
+
+int threads_for(std::int64_t bytes) {
+  return static_cast<int>(std::min<std::int64_t>(max_threads(), bytes / kMinBytesPerThread));
+}
+
+// A NaN-propagating max of two amaxes (torch.max's rule): NaN when either is NaN.
+float max_nan(float a, float b) {
+  if (a != a) return a;
+  return (b != b || b > a) ? b : a;
+}
+
+// The elements [begin, begin + n) of `view`.
+TensorView slice(const TensorView& view, std::int64_t begin, std::int64_t n) {
+  const auto size = static_cast<std::int64_t>(element_size(view.dtype));
+  return {static_cast<unsigned char*>(view.data) + begin * size, n, view.dtype, view.device};
+}
+
+// Calls piece(begin, end) over the `count` units [0, count), in pieces of `per_piece` units, on
+// up to `threads` threads; returns the NaN-propagating max of what the calls return (0 if none).
+// piece must not throw.
+template <typename Piece>
+float parallel_pieces(std::int64_t count, std::int64_t per_piece, int threads, const Piece& piece) {
+  const std::int64_t pieces = (count + per_piece - 1) / per_piece;
+  float amax = 0.0f;
+#ifdef _OPENMP
+  if (threads > 1 && pieces > 1) {
+    std::vector<float> local(static_cast<std::size_t>(threads), 0.0f);
+#pragma omp parallel num_threads(threads)
+    {
+      float mine = 0.0f;  // this worker's amax: no shared writes inside the loop
+#pragma omp for schedule(static) nowait
+      for (std::int64_t p = 0; p < pieces; ++p) {
+        const std::int64_t begin = p * per_piece;
+        mine = max_nan(mine, piece(begin, std::min(count, begin + per_piece)));
+      }
+      local[static_cast<std::size_t>(omp_get_thread_num())] = mine;
+    }
+    for (float a : local) amax = max_nan(amax, a);
+    return amax;
+  }
+#else
+  (void)threads;
+#endif
+  return count > 0 ? piece(0, count) : amax;
+}
+
+// Elements of x in one piece: kTaskBytes, a multiple of every SIMD width.
+std::int64_t per_piece(DType dtype) {
+  return kTaskBytes / static_cast<std::int64_t>(element_size(dtype));
+}
+
+std::int64_t bytes_of(const TensorView& view) {
+  return view.numel * static_cast<std::int64_t>(element_size(view.dtype));
+}
+
+// *amax = max(*amax, found), NaN-propagating.
+void record_amax(float* amax, float found) { *amax = max_nan(*amax, found); }
+
+}  // namespace
+
+void amax(const TensorView& x, float* amax) {
+  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for(bytes_of(x)),
+                                      [&](std::int64_t begin, std::int64_t end) {
+                                        return amax_span(slice(x, begin, end - begin));
+                                      });
+  record_amax(amax, found);
+}
+
+void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
+                  float* amax) {
+  const bool want_amax = amax != nullptr;
+  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for(bytes_of(x)),
+                                      [&](std::int64_t begin, std::int64_t end) {
+                                        return quantize_span(slice(x, begin, end - begin),
+                                                             q + begin, format, scale, want_amax);
+                                      });
+  if (want_amax) record_amax(amax, found);
+}
+
+void dequantize_fp8(const std::uint8_t* q, Fp8Format format, float scale_inv,
+                    const TensorView& out) {
+  parallel_pieces(out.numel, per_piece(out.dtype), threads_for(bytes_of(out)),
+                  [&](std::int64_t begin, std::int64_t end) {
+                    dequantize_span(q + begin, format, scale_inv, slice(out, begin, end - begin));
+                    return 0.0f;
+                  });
+}
+
+// MXFP8: pieces of whole blocks (ceil(cols / 32) a row, numbered row by row), about kTaskBytes.
+void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
+                    Fp8Format format) {
+  if (x.numel == 0) return;
+  const std::int64_t blocks = x.numel / cols * ((cols + 31) / 32);
+  parallel_pieces(blocks, std::max<std::int64_t>(1, per_piece(x.dtype) / 32),
+                  threads_for(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
+                    quantize_mx_blocks(x, cols, q, scales, format, first, last);
+                    return 0.0f;
+                  });
+}
+
+void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
+                      Fp8Format format, const TensorView& out) {
+  if (out.numel == 0) return;
+  const std::int64_t blocks = out.numel / cols * ((cols + 31) / 32);
+  parallel_pieces(blocks, std::max<std::int64_t>(1, per_piece(out.dtype) / 32),
+                  threads_for(bytes_of(out)), [&](std::int64_t first, std::int64_t last) {
+                    dequantize_mx_blocks(q, scales, cols, format, out, first, last);
+                    return 0.0f;
+                  });
+}
+
+}  // namespace mixprec::core::cpu

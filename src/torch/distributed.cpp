@@ -1,4 +1,5 @@
-// mixprec::distributed: the found_inf reducer on c10d process groups and a Gloo convenience.
+// mixprec::distributed: the found_inf reducer and the FP8 amax reduction on c10d process groups,
+// and a Gloo convenience.
 // The only file of mixprec that includes c10d's Gloo headers, so users of mixprec/distributed.h
 // never see them.
 #include "mixprec/distributed.h"
@@ -10,22 +11,43 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
+#include <ATen/ATen.h>
+
 #include <cstddef>
 #include <exception>
+#include <limits>
 #include <utility>
 
 namespace mixprec {
 namespace distributed {
 namespace {
 
+// What is reduced, for the error messages: the tensor's name and what the ranks must agree on.
+struct Reduced {
+  const char* name;
+  const char* order;
+};
+constexpr Reduced kFoundInf{"found_inf", "call unscale_/step for the same optimizers"};
+constexpr Reduced kFp8Amax{"the FP8 amaxes", "cast the same FP8 tensors"};
+
 // One collective per group, in order: MAX keeps found_inf 0 or 1 (PyTorch's ShardedGradScaler
-// sums instead, which counts ranks; FSDP2/DTensor reduces with MAX).
+// sums instead, which counts ranks; FSDP2/DTensor reduces with MAX), and gives the FP8 amaxes of
+// every rank (TE's reduce_amax).
 // Templated so LibTorch 2.x's c10d::Backend takes the same path as c10d::ProcessGroup.
 template <typename Group>
-void all_reduce_max_impl(at::Tensor& found_inf, const std::vector<c10::intrusive_ptr<Group>>& groups) {
-  TORCH_CHECK(found_inf.defined(), "mixprec::distributed: found_inf is an undefined tensor");
-  // c10d needs a dense contiguous tensor; the scaler's 0-dim found_inf always is one.
-  at::Tensor buffer = found_inf.is_contiguous() ? found_inf : found_inf.contiguous();
+void all_reduce_max_impl(at::Tensor& values, const std::vector<c10::intrusive_ptr<Group>>& groups,
+                         const Reduced& what, bool nan_as_inf = false) {
+  TORCH_CHECK(values.defined(), "mixprec::distributed: ", what.name, " is an undefined tensor");
+  // c10d needs a dense contiguous tensor; the scaler's 0-dim found_inf always is one, and so is
+  // the recipe's concatenation of amaxes.
+  at::Tensor buffer = values.is_contiguous() ? values : values.contiguous();
+  if (nan_as_inf) {
+    // NCCL's MAX drops NaN, and so does Gloo's (tests/dist: a NaN on one rank came back as the
+    // others' max): as +inf it reaches every rank. MS-AMP does the same before its all-reduce
+    // (msamp/common/tensor/meta.py). A tensor op, so no host sync for a CUDA tensor; nan_to_num_
+    // would also rewrite +-inf.
+    buffer.masked_fill_(at::isnan(buffer), std::numeric_limits<double>::infinity());
+  }
   std::vector<at::Tensor> tensors{buffer};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
@@ -34,37 +56,38 @@ void all_reduce_max_impl(at::Tensor& found_inf, const std::vector<c10::intrusive
     try {
       group->allreduce(tensors, options)->wait();
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "mixprec::distributed: all-reduce (MAX) of found_inf over process group ",
-                  i, " of ", groups.size(), " (", group->getBackendName(), ", rank ",
-                  group->getRank(), " of ", group->getSize(), ") failed: ", e.what(),
+      TORCH_CHECK(false, "mixprec::distributed: all-reduce (MAX) of ", what.name,
+                  " over process group ", i, " of ", groups.size(), " (", group->getBackendName(),
+                  ", rank ", group->getRank(), " of ", group->getSize(), ") failed: ", e.what(),
                   "\nAnother rank may have died or stalled past the group's timeout, or the ranks "
-                  "did not call unscale_/step for the same optimizers in the same order.");
+                  "did not ",
+                  what.order, " in the same order.");
     }
   }
-  if (!buffer.is_same(found_inf)) found_inf.copy_(buffer);
+  if (!buffer.is_same(values)) values.copy_(buffer);
 }
 
 template <typename Group>
-void check_groups(const std::vector<c10::intrusive_ptr<Group>>& groups) {
-  TORCH_CHECK(!groups.empty(),
-              "mixprec::distributed::found_inf_reducer: needs at least one process group, got "
-              "none (a single process needs no reducer)");
+void check_groups(const std::vector<c10::intrusive_ptr<Group>>& groups,
+                  const char* function = "found_inf_reducer") {
+  TORCH_CHECK(!groups.empty(), "mixprec::distributed::", function,
+              ": needs at least one process group, got none (a single process needs no "
+              "reducer)");
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    TORCH_CHECK(groups[i], "mixprec::distributed::found_inf_reducer: process group ", i,
-                " is null");
+    TORCH_CHECK(groups[i], "mixprec::distributed::", function, ": process group ", i, " is null");
   }
 }
 
 }  // namespace
 
 void all_reduce_max_(at::Tensor& found_inf, const std::vector<ProcessGroupPtr>& groups) {
-  all_reduce_max_impl(found_inf, groups);
+  all_reduce_max_impl(found_inf, groups, kFoundInf);
 }
 
 GradScaler::FoundInfReducer found_inf_reducer(std::vector<ProcessGroupPtr> groups) {
   check_groups(groups);
   return [groups = std::move(groups)](at::Tensor& found_inf) {
-    all_reduce_max_impl(found_inf, groups);
+    all_reduce_max_impl(found_inf, groups, kFoundInf);
   };
 }
 
@@ -72,12 +95,30 @@ GradScaler::FoundInfReducer found_inf_reducer(ProcessGroupPtr group) {
   return found_inf_reducer(std::vector<ProcessGroupPtr>{std::move(group)});
 }
 
+std::function<void(at::Tensor&)> fp8_amax_reduction(std::vector<ProcessGroupPtr> groups) {
+  check_groups(groups, "fp8_amax_reduction");
+  return [groups = std::move(groups)](at::Tensor& amaxes) {
+    TORCH_CHECK(!amaxes.defined() || at::isFloatingType(amaxes.scalar_type()),
+                "mixprec::distributed::fp8_amax_reduction: the amaxes must be a floating-point "
+                "tensor (float32 from fp8::Recipe), got ",
+                amaxes.scalar_type());
+    // No amax cast since the last update on this rank: none on any rank, as every rank casts the
+    // same tensors; no collective, as the recipe calls no reduction then either.
+    if (amaxes.defined() && amaxes.numel() == 0) return;
+    all_reduce_max_impl(amaxes, groups, kFp8Amax, /*nan_as_inf=*/true);
+  };
+}
+
+std::function<void(at::Tensor&)> fp8_amax_reduction(ProcessGroupPtr group) {
+  return fp8_amax_reduction(std::vector<ProcessGroupPtr>{std::move(group)});
+}
+
 #if MIXPREC_TORCH_2
 GradScaler::FoundInfReducer found_inf_reducer_for_backends(
     std::vector<c10::intrusive_ptr<c10d::Backend>> backends) {
   check_groups(backends);
   return [backends = std::move(backends)](at::Tensor& found_inf) {
-    all_reduce_max_impl(found_inf, backends);
+    all_reduce_max_impl(found_inf, backends, kFoundInf);
   };
 }
 #endif

@@ -1,6 +1,8 @@
 // Checks what mixprec_demo claims, from the summary.csv its CTest fixture run wrote (300 steps,
 // seed 0): fp16 without loss scaling loses gradients to zero and trains worse; with the scaler it
-// keeps them and tracks fp32.
+// keeps them and tracks fp32; bf16 tracks fp32. With LibTorch >= 2.1 (MIXPREC_DEMO_FP8), also its
+// FP8 runs: without scaling E5M2 flushes every gradient and the model does not train; each
+// recipe keeps them and tracks bf16, its scales (fp8_scales.csv) lifting the gradients.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +11,10 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#ifndef MIXPREC_DEMO_FP8
+#error "tests/demo/CMakeLists.txt defines MIXPREC_DEMO_FP8 (1 when the demo has its FP8 runs)"
+#endif
 
 namespace {
 
@@ -45,17 +51,25 @@ std::map<std::string, Row> read_summary(const std::string& path) {
 
 class DemoSummaryTest : public ::testing::Test {
  protected:
+  // fp32, fp16, fp16_scaled, bf16, and with LibTorch >= 2.1 the four FP8 runs.
+  static constexpr std::size_t kRuns = MIXPREC_DEMO_FP8 ? 8 : 4;
+
   void SetUp() override {
     rows_ = read_summary(std::string(MIXPREC_DEMO_TEST_OUT) + "/summary.csv");
-    ASSERT_EQ(rows_.size(), 3u) << "summary.csv missing or incomplete in " MIXPREC_DEMO_TEST_OUT
-                                   " (did the mixprec_demo_run fixture run?)";
+    ASSERT_EQ(rows_.size(), kRuns) << "summary.csv missing or incomplete in " MIXPREC_DEMO_TEST_OUT
+                                      " (did the mixprec_demo_run fixture run?)";
     ASSERT_EQ(rows_.count("fp32"), 1u);
     ASSERT_EQ(rows_.count("fp16"), 1u);
     ASSERT_EQ(rows_.count("fp16_scaled"), 1u);
+    ASSERT_EQ(rows_.count("bf16"), 1u);
+    for (const char* key : {"fp8_none", "fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+      ASSERT_EQ(rows_.count(key), MIXPREC_DEMO_FP8 ? 1u : 0u) << key;
+    }
   }
   const Row& fp32() { return rows_["fp32"]; }
   const Row& fp16() { return rows_["fp16"]; }
   const Row& scaled() { return rows_["fp16_scaled"]; }
+  const Row& bf16() { return rows_["bf16"]; }
   std::map<std::string, Row> rows_;
 };
 
@@ -92,11 +106,20 @@ TEST_F(DemoSummaryTest, Fp16WithGradScalerTracksFp32) {
       << "scaled " << scaled().final_loss << " vs fp32 " << fp32().final_loss;
 }
 
+TEST_F(DemoSummaryTest, Bf16TracksFp32) {
+  // bf16 has fp32's exponent range: nothing to flush, only 8 significant bits (the demo: 1.00x).
+  EXPECT_LT(std::abs(bf16().final_loss / fp32().final_loss - 1.0), 0.05)
+      << "bf16 " << bf16().final_loss << " vs fp32 " << fp32().final_loss;
+  EXPECT_TRUE(std::isnan(bf16().flushed_share)) << "real bf16: nothing measured";
+}
+
 TEST_F(DemoSummaryTest, ScalesAreWhereTheyShouldBe) {
-  EXPECT_EQ(fp32().final_scale, 1.0);
-  EXPECT_EQ(fp16().final_scale, 1.0);
-  EXPECT_EQ(fp32().skipped_steps, 0);
-  EXPECT_EQ(fp16().skipped_steps, 0);
+  // Only the fp16 + GradScaler run has a GradScaler scale.
+  for (const auto& [name, r] : rows_) {
+    if (name == "fp16_scaled") continue;
+    EXPECT_EQ(r.final_scale, 1.0) << name;
+    EXPECT_EQ(r.skipped_steps, 0) << name;
+  }
   // A power of two that the dynamic scaler reached (> 1: scaling actually happened).
   const double log2_scale = std::log2(scaled().final_scale);
   EXPECT_GT(scaled().final_scale, 1.0);
@@ -137,7 +160,80 @@ TEST_F(DemoSummaryTest, WritesTheStepLog) {
   EXPECT_EQ(header, "step,run,loss,scale,skipped,flushed_share");
   int rows = 0;
   for (std::string line; std::getline(log, line);) ++rows;
-  EXPECT_EQ(rows, 3 * 300);  // 3 runs x --steps 300 (see CMakeLists.txt)
+  EXPECT_EQ(rows, static_cast<int>(kRuns) * 300);  // runs x --steps 300 (see CMakeLists.txt)
 }
+
+#if MIXPREC_DEMO_FP8
+
+TEST_F(DemoSummaryTest, Fp8WithoutScalingFlushesEveryGradientAndDoesNotTrain) {
+  const Row& none = rows_["fp8_none"];
+  // Scale 1: the output layer's grad_output (~1e-8) is far below E5M2's 2^-17, so it flushes
+  // whole, and every layer behind it gets exact zeros (not counted as non-zero).
+  ASSERT_GT(none.nonzero, 0);
+  EXPECT_GT(none.flushed_share, 0.99);
+  // The demo shows ~68x bf16's loss at 300 steps (~390x at 1000): the model stays at the
+  // targets' variance; at least 20x.
+  EXPECT_GT(none.final_loss, 20.0 * bf16().final_loss)
+      << "fp8 no scaling " << none.final_loss << " vs bf16 " << bf16().final_loss;
+}
+
+TEST_F(DemoSummaryTest, Fp8RecipesKeepTheGradientsAndTrackBf16) {
+  for (const char* key : {"fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+    const Row& r = rows_[key];
+    // The demo flushes 0.34% with delayed scaling (a tensor's first cast has no amax history
+    // yet, so scale 1: almost all of it in steps 1-5, while the zero-initialized output layer
+    // starts passing gradients back, one layer per step) and < 0.01% with the others.
+    EXPECT_LT(r.flushed_share, 0.01) << key;
+    // The demo shows 1.00x-1.09x bf16 at 300 steps (1.2x-1.6x at 1000 steps, where E4M3's 3
+    // mantissa bits in the forward set the floor; docs/demo.md); at most 1.5x.
+    const double ratio = r.final_loss / bf16().final_loss;
+    EXPECT_LT(ratio, 1.5) << key << " " << r.final_loss << " vs bf16 " << bf16().final_loss;
+    EXPECT_GT(ratio, 0.67) << key;
+  }
+}
+
+TEST_F(DemoSummaryTest, Fp8ScalesLiftTheGradients) {
+  // fp8_scales.csv: step,run,grad_scale_min,grad_scale_max (linear0's grad_output).
+  std::ifstream in(std::string(MIXPREC_DEMO_TEST_OUT) + "/fp8_scales.csv");
+  ASSERT_TRUE(in) << "fp8_scales.csv missing";
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "step,run,grad_scale_min,grad_scale_max");
+  std::map<std::string, int> rows;
+  std::map<std::string, std::pair<double, double>> last;
+  std::string unscaled_not_1;  // the first fp8_none row with a scale other than 1
+  std::string min_above_max;   // the first row with min > max
+  while (std::getline(in, line)) {
+    std::vector<std::string> c;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) c.push_back(cell);
+    ASSERT_EQ(c.size(), 4u) << line;
+    ++rows[c[1]];
+    const std::pair<double, double> s = {std::stod(c[2]), std::stod(c[3])};
+    last[c[1]] = s;
+    if (c[1] == "fp8_none" && s != std::make_pair(1.0, 1.0) && unscaled_not_1.empty()) {
+      unscaled_not_1 = line;
+    }
+    if (s.first > s.second && min_above_max.empty()) min_above_max = line;
+  }
+  EXPECT_EQ(unscaled_not_1, "") << "fp8 no scaling used a scale other than 1";
+  EXPECT_EQ(min_above_max, "") << "grad_scale_min > grad_scale_max";
+  for (const char* key : {"fp8_none", "fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+    EXPECT_EQ(rows[key], 300) << key;
+  }
+  // Gradients of ~1e-8 need a scale of about 2^40 to reach E5M2's top (the demo: 2^40.5,
+  // 2^42.2, MXFP8's E4M3 blocks 2^34..2^39); at least 2^25, fp16's GradScaler's order.
+  for (const char* key : {"fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+    EXPECT_GT(last[key].first, std::ldexp(1.0, 25)) << key;
+  }
+  EXPECT_EQ(last["fp8_delayed"].first, last["fp8_delayed"].second);
+  EXPECT_EQ(last["fp8_current"].first, last["fp8_current"].second);
+  // MXFP8's block scales are powers of two.
+  for (double v : {last["fp8_mxfp8"].first, last["fp8_mxfp8"].second}) {
+    EXPECT_EQ(std::log2(v), std::round(std::log2(v))) << v;
+  }
+}
+
+#endif  // MIXPREC_DEMO_FP8
 
 }  // namespace

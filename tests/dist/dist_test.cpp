@@ -1,16 +1,24 @@
 // Multi-process tests of mixprec::distributed: starts 2 or 4 dist_worker processes (Gloo over a
 // FileStore in a fresh temp directory, loopback only), waits for them with a deadline, and
-// compares what every rank saw. No LibTorch here: the ranks do the training.
+// compares what every rank saw. No LibTorch here: the ranks do the training; the expected FP8
+// amaxes and delayed scales are computed here, from the ranks' inputs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -138,15 +146,30 @@ std::string params_of(const std::string& out) {
   return pos == std::string::npos ? "" : out.substr(pos);
 }
 
-// Every rank exited 0 after `steps` steps; on failure, every rank's error is shown. Callers wrap
-// it in ASSERT_NO_FATAL_FAILURE: what follows reads those steps.
-void expect_all_ok(const std::vector<Rank>& ranks, int steps) {
+// The lines of `out` starting with `key` (a word), split into words, the key dropped.
+std::vector<std::vector<std::string>> lines_of(const std::string& out, const std::string& key) {
+  std::vector<std::vector<std::string>> found;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word;
+    if (!(words >> word) || word != key) continue;
+    found.emplace_back();
+    while (words >> word) found.back().push_back(word);
+  }
+  return found;
+}
+
+// Every rank exited 0 after `steps` steps (lines starting with `key`); on failure, every rank's
+// error is shown. Callers wrap it in ASSERT_NO_FATAL_FAILURE: what follows reads those steps.
+void expect_all_ok(const std::vector<Rank>& ranks, int steps, const std::string& key = "step") {
   bool ok = true;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const std::size_t seen = lines_of(ranks[r].out, key).size();
     EXPECT_EQ(ranks[r].exit_code, 0) << "rank " << r << " error: " << ranks[r].err;
-    EXPECT_EQ(steps_of(ranks[r].out).size(), static_cast<std::size_t>(steps)) << ranks[r].out;
-    ok = ok && ranks[r].exit_code == 0 &&
-         steps_of(ranks[r].out).size() == static_cast<std::size_t>(steps);
+    EXPECT_EQ(seen, static_cast<std::size_t>(steps)) << ranks[r].out;
+    ok = ok && ranks[r].exit_code == 0 && seen == static_cast<std::size_t>(steps);
   }
   ASSERT_TRUE(ok) << "not every rank ran its " << steps << " steps (above)";
 }
@@ -283,5 +306,216 @@ TEST(DistributedFailureTest, StalledRankMakesOthersTimeOut) {
   expect_survivors_fail_fast(ranks, 1, true);
   EXPECT_EQ(ranks[1].exit_code, -1);  // still asleep, killed by run_ranks
 }
+
+// ---- FP8 amax reduction (fp8_amax_reduction) -------------------------------------------------
+
+float parse_float(const std::string& word) { return std::strtof(word.c_str(), nullptr); }
+
+std::string hex_of(float v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", static_cast<double>(v));
+  return buf;
+}
+
+// What the reduction must leave: per entry, the max over the ranks' amaxes, a NaN counting as
+// +inf (NCCL's MAX would drop it; MS-AMP sends it as inf).
+std::vector<std::string> expected_max(const std::vector<std::vector<std::string>>& locals) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < locals[0].size(); ++i) {
+    float m = 0.0f;
+    for (const auto& rank : locals) {
+      float v = parse_float(rank[i]);
+      if (std::isnan(v)) v = std::numeric_limits<float>::infinity();
+      m = std::max(m, v);
+    }
+    out.push_back(hex_of(m));
+  }
+  return out;
+}
+
+// Checks every rank's reduced amaxes of every step against the max of all ranks' local amaxes.
+void expect_reduced_amaxes(const std::vector<Rank>& ranks, int steps) {
+  const int world = static_cast<int>(ranks.size());
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::vector<std::string>> locals;
+    for (const auto& rank : ranks) {
+      std::vector<std::string> local = lines_of(rank.out, "local")[s];
+      ASSERT_EQ(local.at(0), std::to_string(s));
+      locals.emplace_back(local.begin() + 1, local.end());
+    }
+    const std::vector<std::string> want = expected_max(locals);
+    for (int r = 0; r < world; ++r) {
+      std::vector<std::string> got = lines_of(ranks[r].out, "amax")[s];
+      got.erase(got.begin());
+      EXPECT_EQ(got, want) << "rank " << r << " step " << s;
+    }
+    // The cases the worker planted (dist_worker.cpp's fp8_amaxes), spelled out.
+    std::vector<std::string> got = lines_of(ranks[0].out, "amax")[s];
+    ASSERT_EQ(got.size(), 9u);
+    EXPECT_EQ(got[1], hex_of(static_cast<float>(world + s))) << "the last rank's largest value";
+    EXPECT_EQ(got[3], "0x0p+0") << "0 on every rank stays 0";
+    EXPECT_EQ(got[4], "inf") << "a NaN on the last rank becomes +inf on every rank";
+    EXPECT_EQ(got[5], "inf") << "an inf stays inf";
+    EXPECT_EQ(got[6], "inf") << "a NaN with its sign bit set becomes +inf";
+    EXPECT_EQ(got[7], "0x1.fffffep+127") << "FLT_MAX";
+    EXPECT_EQ(got[8], hex_of(std::ldexp(static_cast<float>(s + 1), -149))) << "a subnormal";
+  }
+}
+
+class Fp8AmaxReductionTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(Fp8AmaxReductionTest, EveryRankHoldsTheElementwiseMaxNanAsInf) {
+  SKIP_WITHOUT_GLOO();
+  const int world = GetParam();
+  const int steps = 3;
+  const auto ranks = run_ranks("fp8", world, "world", kTimeoutMs, kDeadline, steps);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, steps, "amax"));
+  ASSERT_NO_FATAL_FAILURE(expect_reduced_amaxes(ranks, steps));
+  for (int r = 0; r < world; ++r) {
+    // Step 1 reduced a strided view: only its elements changed.
+    const auto gaps = lines_of(ranks[r].out, "gaps");
+    ASSERT_EQ(gaps.size(), 1u);
+    for (std::size_t i = 1; i < gaps[0].size(); ++i) EXPECT_EQ(gaps[0][i], "-0x1.cp+2") << i;
+  }
+}
+
+TEST_P(Fp8AmaxReductionTest, OneCollectivePerReductionNoneForNoAmaxes) {
+  SKIP_WITHOUT_GLOO();
+  const int world = GetParam();
+  const int steps = 3;
+  const auto ranks = run_ranks("fp8", world, "world", kTimeoutMs, kDeadline, steps);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, steps, "amax"));
+  for (int r = 0; r < world; ++r) {
+    const auto counts = lines_of(ranks[r].out, "collectives");
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_EQ(counts[s], (std::vector<std::string>{std::to_string(s), "1"})) << "rank " << r;
+    }
+    EXPECT_EQ(lines_of(ranks[r].out, "empty"), (std::vector<std::vector<std::string>>{{"0"}}));
+  }
+}
+
+// The control: without the reduction every rank keeps its own amaxes (and its NaN).
+TEST_P(Fp8AmaxReductionTest, WithoutReductionRanksDisagree) {
+  SKIP_WITHOUT_GLOO();
+  const int world = GetParam();
+  const auto ranks = run_ranks("fp8", world, "none", kTimeoutMs, kDeadline, 1);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 1, "amax"));
+  EXPECT_NE(lines_of(ranks[0].out, "amax"), lines_of(ranks[world - 1].out, "amax"));
+  EXPECT_EQ(lines_of(ranks[world - 1].out, "amax")[0].at(4), "nan");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Fp8AmaxReductionTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+
+// 2 x 2 ranks: over the data pair, then the pipeline pair, every rank gets all four's max.
+TEST(Fp8AmaxReductionGroupsTest, ReducesOverEachGroupInTurn) {
+  SKIP_WITHOUT_GLOO();
+  const auto ranks = run_ranks("fp8_groups", 4, "world", kTimeoutMs, kDeadline, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 2, "amax"));
+  ASSERT_NO_FATAL_FAILURE(expect_reduced_amaxes(ranks, 2));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(lines_of(ranks[r].out, "collectives")[0], (std::vector<std::string>{"0", "1", "1"}))
+        << "rank " << r;
+  }
+}
+
+// Over the data pair alone: ranks {0, 1} and {2, 3} each hold their own pair's max.
+TEST(Fp8AmaxReductionGroupsTest, OneGroupOnlyReachesItsOwnRanks) {
+  SKIP_WITHOUT_GLOO();
+  const auto ranks = run_ranks("fp8_groups", 4, "dp", kTimeoutMs, kDeadline, 1);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 1, "amax"));
+  for (int pair = 0; pair < 2; ++pair) {
+    std::vector<std::vector<std::string>> locals;
+    for (int r = 2 * pair; r < 2 * pair + 2; ++r) {
+      const auto local = lines_of(ranks[r].out, "local")[0];
+      locals.emplace_back(local.begin() + 1, local.end());
+    }
+    for (int r = 2 * pair; r < 2 * pair + 2; ++r) {
+      auto got = lines_of(ranks[r].out, "amax")[0];
+      got.erase(got.begin());
+      EXPECT_EQ(got, expected_max(locals)) << "rank " << r;
+    }
+  }
+  EXPECT_NE(lines_of(ranks[0].out, "amax"), lines_of(ranks[3].out, "amax"));
+}
+
+#if MIXPREC_DIST_HAVE_FP8
+// fp8::Linear (delayed, HYBRID, history 4, margin 0) on 2 ranks with different data, its amaxes
+// reduced over the world. The expected buffers come from the ranks' own measurements ("local
+// <it> <input> <weight> <grad_output>", torch ops on the tensors the module casts): per
+// iteration the max over the ranks goes into slot 0, then the delayed rule runs here (TE's
+// transformer_engine/pytorch/fp8.py: max of the history, scale = fp8_max / amax, the old scale
+// for a 0 or non-finite amax, FLT_MAX for an infinite scale; roll by one, slot 0 zeroed).
+struct DelayedBuffers {
+  std::vector<std::string> history, scale, scale_inv;
+};
+
+DelayedBuffers expected_delayed(const std::vector<Rank>& ranks, int iterations) {
+  constexpr int kHistory = 4, kColumns = 3;
+  const float fp8_max[kColumns] = {448.0f, 448.0f, 57344.0f};  // E4M3, E4M3, E5M2 (HYBRID)
+  std::vector<float> history(kHistory * kColumns, 0.0f);
+  std::vector<float> scale(kColumns, 1.0f);
+  for (int it = 0; it < iterations; ++it) {
+    for (int c = 0; c < kColumns; ++c) {
+      float m = 0.0f;
+      for (const auto& rank : ranks) {
+        m = std::max(m, parse_float(lines_of(rank.out, "local")[it].at(1 + c)));
+      }
+      history[c] = m;
+    }
+    for (int c = 0; c < kColumns; ++c) {
+      float amax = 0.0f;
+      for (int i = 0; i < kHistory; ++i) amax = std::max(amax, history[i * kColumns + c]);
+      if (amax > 0.0f && std::isfinite(amax)) {
+        float s = fp8_max[c] / amax;
+        scale[c] = std::isinf(s) ? std::numeric_limits<float>::max() : s;
+      }
+      const float current = history[c];
+      for (int i = 0; i + 1 < kHistory; ++i) {
+        history[i * kColumns + c] = history[(i + 1) * kColumns + c];
+      }
+      history[(kHistory - 1) * kColumns + c] = current;
+      history[c] = 0.0f;
+    }
+  }
+  DelayedBuffers out;
+  for (float v : history) out.history.push_back(hex_of(v));
+  for (float v : scale) {
+    out.scale.push_back(hex_of(v));
+    out.scale_inv.push_back(hex_of(1.0f / v));
+  }
+  return out;
+}
+
+TEST(Fp8LinearDistributedTest, DelayedScalesEqualOnEveryRankFromTheMaxAmaxes) {
+  SKIP_WITHOUT_GLOO();
+  const int iterations = 6;  // more than the history: old amaxes leave the window
+  const auto ranks = run_ranks("fp8_linear", 2, "world", kTimeoutMs, kDeadline, iterations);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, iterations, "local"));
+  const DelayedBuffers want = expected_delayed(ranks, iterations);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(lines_of(ranks[r].out, "history").at(0), want.history) << "rank " << r;
+    EXPECT_EQ(lines_of(ranks[r].out, "scale").at(0), want.scale) << "rank " << r;
+    EXPECT_EQ(lines_of(ranks[r].out, "scale_inv").at(0), want.scale_inv) << "rank " << r;
+  }
+  // Not vacuous: the ranks' own amaxes differed, in every column at some iteration.
+  for (int c = 1; c <= 3; ++c) {
+    bool differ = false;
+    for (int it = 0; it < iterations; ++it) {
+      differ = differ ||
+               lines_of(ranks[0].out, "local")[it][c] != lines_of(ranks[1].out, "local")[it][c];
+    }
+    EXPECT_TRUE(differ) << "column " << c;
+  }
+}
+
+// The control: without the reduction each rank's scales follow its own amaxes.
+TEST(Fp8LinearDistributedTest, WithoutReductionScalesDiffer) {
+  SKIP_WITHOUT_GLOO();
+  const auto ranks = run_ranks("fp8_linear", 2, "none", kTimeoutMs, kDeadline, 3);
+  ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 3, "local"));
+  EXPECT_NE(lines_of(ranks[0].out, "scale").at(0), lines_of(ranks[1].out, "scale").at(0));
+}
+#endif  // MIXPREC_DIST_HAVE_FP8
 
 }  // namespace

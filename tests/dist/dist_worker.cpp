@@ -1,21 +1,31 @@
 // One rank of the distributed tests (dist_test.cpp starts 2 or 4 of these): Gloo over a c10d
-// FileStore, a GradScaler with mixprec::distributed's reducer, injected inf/NaN. Writes what it
-// saw to <dir>/rank<r>.out (or the error to <dir>/rank<r>.err) for the driver to compare.
+// FileStore, a GradScaler with mixprec::distributed's reducer, injected inf/NaN; or the FP8 amax
+// reduction (fp8_amax_reduction) on amaxes that differ per rank, and (LibTorch >= 2.1) an
+// fp8::Linear trained with a delayed recipe reducing its amaxes. Writes what it saw to
+// <dir>/rank<r>.out (or the error to <dir>/rank<r>.err) for the driver to compare.
 #include <mixprec/distributed.h>
 #include <mixprec/grad_scaler.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <mixprec/torch_version.h>
 #include <torch/torch.h>
 #include <unistd.h>
+#if MIXPREC_TORCH_FP8
+#include <mixprec/fp8.h>
+#endif
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,7 +35,7 @@ namespace {
 using mixprec::distributed::ProcessGroupPtr;
 
 struct Args {
-  std::string scenario;  // skip | ddp | groups | die | stall
+  std::string scenario;  // skip | ddp | groups | die | stall | fp8 | fp8_groups | fp8_linear
   std::string reducer = "world";  // world | none | dp (groups: only the first group)
   std::string dir;
   int rank = 0;
@@ -115,6 +125,133 @@ void all_reduce_gradients(const ProcessGroupPtr& world, Trainer& t, int world_si
   }
 }
 
+// ---- FP8 amax reduction ---------------------------------------------------------------------
+
+// The amaxes rank r of `world` holds at `step` (dist_test.cpp's expected_fp8_amaxes gives their
+// elementwise max): each entry differs per rank or holds a special value on one rank.
+std::vector<float> fp8_amaxes(int r, int world, int step) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float s = static_cast<float>(step);
+  return {
+      1.0f + static_cast<float>(r) + s,                             // largest on the last rank
+      10.0f - static_cast<float>(r) + 0.25f * s,                    // largest on rank 0
+      0.0f,                                                         // 0 everywhere stays 0
+      r == world - 1 ? nan : static_cast<float>(r) + 0.5f,          // a NaN on one rank: +inf
+      r == 0 ? inf : 1.0f,                                          // inf stays inf
+      r == 1 ? -nan : std::ldexp(static_cast<float>(r + 1), -140),  // a NaN with its sign bit
+      r == world / 2 ? std::numeric_limits<float>::max() : 3.0f,
+      r == world - 1 ? std::ldexp(s + 1.0f, -149) : 0.0f,  // a float subnormal survives
+  };
+}
+
+std::string hex_list(const torch::Tensor& t) {
+  const torch::Tensor flat = t.detach().to(torch::kFloat).contiguous().view(-1);
+  std::string out;
+  for (int64_t i = 0; i < flat.numel(); ++i) out += " " + hex(flat[i].item<float>());
+  return out;
+}
+
+// Collectives issued on `group` so far (c10d's per-group sequence number; set up by the caller).
+uint64_t collectives(const ProcessGroupPtr& group) { return group->getSequenceNumberForGroup(); }
+
+// Per step: "local <step> <hex>..." (this rank's amaxes), "amax <step> <hex>..." (after the
+// reduction) and "collectives <step> <n>...": how many collectives each group saw during it (one
+// per group; "empty": none for an empty tensor).
+std::string run_fp8_reduction(const Args& a, const std::vector<ProcessGroupPtr>& groups) {
+  for (const auto& g : groups) g->setSequenceNumberForGroup();
+  std::function<void(at::Tensor&)> reduce = [](at::Tensor&) {};
+  if (a.reducer != "none") reduce = mixprec::distributed::fp8_amax_reduction(groups);
+  std::string out;
+  for (int step = 0; step < a.steps; ++step) {
+    const std::vector<float> values = fp8_amaxes(a.rank, a.world, step);
+    const auto n = static_cast<int64_t>(values.size());
+    torch::Tensor amaxes = torch::tensor(values);
+    out += "local " + std::to_string(step) + hex_list(amaxes) + "\n";
+    torch::Tensor view = amaxes;
+    if (step == 1) {
+      // A strided view: reduced through a contiguous copy, then written back into the view.
+      torch::Tensor spread = torch::full({2 * n}, -7.0f);
+      view = spread.slice(0, 0, 2 * n, 2);
+      view.copy_(amaxes);
+      amaxes = spread;
+    }
+    std::vector<uint64_t> before;
+    for (const auto& g : groups) before.push_back(collectives(g));
+    reduce(view);
+    std::ostringstream line;
+    line << "amax " << step << hex_list(view) << "\n";
+    if (step == 1) line << "gaps " << step << hex_list(amaxes.slice(0, 1, 2 * n, 2)) << "\n";
+    line << "collectives " << step;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      line << " " << collectives(groups[i]) - before[i];
+    }
+    line << "\n";
+    out += line.str();
+  }
+  // An empty tensor (nothing cast since the last update) issues no collective.
+  std::vector<uint64_t> before;
+  for (const auto& g : groups) before.push_back(collectives(g));
+  torch::Tensor empty = torch::empty({0});
+  reduce(empty);
+  out += "empty";
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    out += " " + std::to_string(collectives(groups[i]) - before[i]);
+  }
+  out += "\n";
+  return out;
+}
+
+#if MIXPREC_TORCH_FP8
+// fp8::Linear with a delayed recipe whose amaxes are reduced over the world, each rank training
+// on its own data (plain SGD on its local gradients, so the weights part too). Per iteration it
+// prints the amaxes of that iteration measured here with torch ops ("local <it> <input> <weight>
+// <grad_output>"), independent of the recipe; at the end the module's delayed-scaling buffers.
+// The driver takes the max over the ranks and runs the delayed rule itself.
+std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world) {
+  constexpr int64_t kHistory = 4;
+  // Delayed scaling (the default), HYBRID, margin 0, "max".
+  mixprec::fp8::Recipe recipe(mixprec::fp8::RecipeOptions().amax_history_len(kHistory));
+  if (a.reducer != "none") {
+    recipe.set_amax_reduction(mixprec::distributed::fp8_amax_reduction(world));
+  }
+  torch::manual_seed(0);
+  mixprec::fp8::Linear model(mixprec::fp8::LinearOptions(16, 16).amax_history_len(kHistory));
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  torch::manual_seed(200 + a.rank);
+  std::string out;
+  for (int it = 0; it < a.steps; ++it) {
+    // Data of a different magnitude per rank and iteration: the max moves between ranks.
+    const double magnitude = 1.0 + ((it + a.rank) % a.world) * 3.0;
+    torch::Tensor x = torch::randn({8, 16}) * magnitude;
+    torch::Tensor target = torch::randn({8, 16});
+    const float w_amax = model->weight.detach().abs().max().item<float>();
+    torch::Tensor grad_amax = torch::zeros({1});
+    optimizer.zero_grad();
+    torch::Tensor loss;
+    {
+      mixprec::fp8::Autocast fp8(recipe);  // updates the scales from the last iteration's amaxes
+      torch::Tensor y = model->forward(x);
+      y.register_hook([grad_amax](const torch::Tensor& g) {
+        grad_amax.copy_(g.detach().abs().max().reshape({1}));
+      });
+      loss = torch::mse_loss(y, target);
+    }
+    loss.backward();
+    optimizer.step();
+    std::ostringstream line;
+    line << "local " << it << " " << hex(x.abs().max().item<float>()) << " " << hex(w_amax) << " "
+         << hex(grad_amax.item<float>()) << "\n";
+    out += line.str();
+  }
+  recipe.update();  // the last iteration's amaxes, as the next Autocast would
+  out += "history" + hex_list(model->amax_history) + "\n";
+  out += "scale" + hex_list(model->scale) + "\n";
+  out += "scale_inv" + hex_list(model->scale_inv) + "\n";
+  return out;
+}
+#endif
+
 int run(const Args& a) {
   torch::set_num_threads(1);
   const auto timeout = std::chrono::milliseconds(a.timeout_ms);
@@ -129,7 +266,7 @@ int run(const Args& a) {
   Trainer t(a.rank);
   std::vector<ProcessGroupPtr> groups{world};
 
-  if (a.scenario == "groups") {
+  if (a.scenario == "groups" || a.scenario == "fp8_groups") {
     // 2 x 2 ranks: a data-parallel pair {0,1} / {2,3} and a pipeline pair {0,2} / {1,3}.
     auto dp_store = c10::make_intrusive<c10d::PrefixStore>("dp" + std::to_string(a.rank / 2), store);
     auto pp_store = c10::make_intrusive<c10d::PrefixStore>("pp" + std::to_string(a.rank % 2), store);
@@ -140,6 +277,19 @@ int run(const Args& a) {
     pp->barrier()->wait();
     groups = a.reducer == "dp" ? std::vector<ProcessGroupPtr>{dp}
                                : std::vector<ProcessGroupPtr>{dp, pp};
+  }
+  const std::string out_path = a.dir + "/rank" + std::to_string(a.rank) + ".out";
+  if (a.scenario == "fp8" || a.scenario == "fp8_groups") {
+    write_file(out_path, run_fp8_reduction(a, groups));
+    return 0;
+  }
+  if (a.scenario == "fp8_linear") {
+#if MIXPREC_TORCH_FP8
+    write_file(out_path, run_fp8_linear(a, world));
+    return 0;
+#else
+    throw std::runtime_error("fp8_linear needs LibTorch >= 2.1 (float8 dtypes)");
+#endif
   }
   if (a.reducer != "none") t.scaler.set_found_inf_reducer(mixprec::distributed::found_inf_reducer(groups));
 
@@ -170,7 +320,7 @@ int run(const Args& a) {
     out += t.record(step);
   }
   out += t.params();
-  write_file(a.dir + "/rank" + std::to_string(a.rank) + ".out", out);
+  write_file(out_path, out);
   return 0;
 }
 

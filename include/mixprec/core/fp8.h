@@ -199,12 +199,13 @@ void dequantize_fp8_(const std::uint8_t* q, Fp8Format format, const float* scale
 /// MXFP8 block quantize: x is read as rows of `cols` elements (x.numel a multiple of cols), each
 /// row cut into blocks of 32 (the last one of a row may be shorter). Per block, e =
 /// mx_block_exponent(block amax, format) goes to scales[row * ceil(cols / 32) + block], and each
-/// element to q as float_to_fp8_bits(float(x) * e8m0_to_inverse(e), format).
+/// element to q as float_to_fp8_bits(float(x) * e8m0_to_inverse(e), format). A block holding inf
+/// or NaN (e = 0xff) is all NaN: every code is 0x7f (the sign of NaN * x is left open by IEEE 754).
 void quantize_mxfp8_(const TensorView& x, std::int64_t cols, std::uint8_t* q,
                      std::uint8_t* scales, Fp8Format format, void* stream = nullptr);
 
 /// MXFP8 dequantize: out[i] = out.dtype(fp8_bits_to_float(q[i]) * e8m0_to_float(scale of i's
-/// block)), with the block layout of quantize_mxfp8_.
+/// block)), with the block layout of quantize_mxfp8_; every element of a 0xff block is NaN.
 void dequantize_mxfp8_(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
                        Fp8Format format, const TensorView& out, void* stream = nullptr);
 

@@ -1,0 +1,42 @@
+// The SIMD spans of the CPU FP8 kernels (src/cpu/fp8_simd.cpp, one copy per Highway target, the
+// best one picked at run time). Internal: src/cpu/fp8.cpp cuts the tensors into spans and runs
+// them on threads. Every element equals the scalar functions of mixprec/core/fp8.h bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "mixprec/core/fp8.h"
+#include "mixprec/core/tensor_view.h"
+
+namespace mixprec::core::cpu {
+
+/// max |x| over x's elements as a float: the quiet NaN 0x7fc00000 when any element is NaN, 0
+/// when x is empty. For float64 it is float(max |x|) (rounding is monotonic).
+float amax_span(const TensorView& x);
+
+/// q[i] = float_to_fp8_bits(float(x[i]) * scale, format); returns amax_span(x) when
+/// `want_amax` (from the same loads), else 0.
+float quantize_span(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
+                    bool want_amax);
+
+/// out[i] = out.dtype(fp8_bits_to_float(q[i], format) * scale_inv), rounded to nearest even.
+void dequantize_span(const std::uint8_t* q, Fp8Format format, float scale_inv,
+                     const TensorView& out);
+
+/// The MX blocks first_block .. last_block - 1 of x read as rows of `cols` (ceil(cols / 32)
+/// blocks a row, numbered row by row): each block's exponent into scales[block], its elements
+/// into q (core::quantize_mxfp8_). x.data and q are the whole tensor's.
+void quantize_mx_blocks(const TensorView& x, std::int64_t cols, std::uint8_t* q,
+                        std::uint8_t* scales, Fp8Format format, std::int64_t first_block,
+                        std::int64_t last_block);
+
+/// core::dequantize_mxfp8_ of the blocks first_block .. last_block - 1 (out: the whole tensor).
+void dequantize_mx_blocks(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
+                          Fp8Format format, const TensorView& out, std::int64_t first_block,
+                          std::int64_t last_block);
+
+/// The Highway target the FP8 spans run on now; cpu::force_simd_target()
+/// (src/cpu/unscale_targets.h) forces it, as it forces the unscale kernel's.
+std::int64_t fp8_dispatched_simd_target();
+
+}  // namespace mixprec::core::cpu

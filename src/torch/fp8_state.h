@@ -1,0 +1,79 @@
+// Internal to mixprec's FP8 LibTorch part (src/torch/fp8.cpp, fp8_linear.cpp): the recipe's shared
+// state (which delayed-scaling tensors were cast since the last update) and small helpers both
+// files use. Not installed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "mixprec/core/fp8.h"
+#include "mixprec/fp8.h"
+
+namespace mixprec::fp8::detail {
+
+/// The core format of a float8 dtype; throws naming `who` for any other dtype.
+core::Fp8Format to_core_format(at::ScalarType dtype, const char* who);
+
+/// The float8 dtype of a core format.
+at::ScalarType to_dtype(core::Fp8Format format);
+
+/// The core's settings of the delayed rule for these options.
+core::DelayedScaling delayed_rule(const RecipeOptions& options);
+
+/// The core's settings of the current rule for these options.
+core::CurrentScaling current_rule(const RecipeOptions& options);
+
+/// The format of gradients under these options (E5M2 for kHybrid, else E4M3; E4M3 for MXFP8).
+core::Fp8Format grad_format(const RecipeOptions& options);
+
+/// Current scaling's cast (core::quantize_fp8_current_): q of x with scale =
+/// current_scale(amax(x)), written with its inverse to the 1-element float32 `scale` and
+/// `scale_inv` (views into a module's buffers), which are left as they are for an empty x.
+at::Tensor quantize_current(const at::Tensor& x, at::ScalarType fp8_dtype,
+                            const core::CurrentScaling& rule, const at::Tensor& scale,
+                            const at::Tensor& scale_inv);
+
+/// A delayed-scaling tensor cast since the last update: column `column` of a module's
+/// [L, 3] amax history, its [3] scale and scale_inv. The tensors are held, so a module freed
+/// before the update is updated harmlessly in buffers nobody reads.
+struct DelayedEntry {
+  at::Tensor amax_history;
+  at::Tensor scale;
+  at::Tensor scale_inv;
+  int column = 0;
+  core::Fp8Format format = core::Fp8Format::kE4M3;
+};
+
+/// A recipe's state, shared by the copies of a Recipe and by the autograd nodes of the forwards
+/// that ran under it (backward may run after the Recipe's scope, even after the Recipe).
+struct RecipeState {
+  explicit RecipeState(RecipeOptions opts) : options(std::move(opts)) {}
+
+  const RecipeOptions options;
+
+  /// Adds `entry` to the tensors of the next update, unless (its history, its column) is already
+  /// there: each tensor is updated once per iteration, in first-cast order (the order of the
+  /// amax reduction's tensor, which must be the same on every rank). Thread-safe (backward may
+  /// run on LibTorch's device threads).
+  void record(DelayedEntry entry);
+
+  /// Takes the recorded entries, leaving none.
+  std::vector<DelayedEntry> take();
+
+  /// The amax reduction, or an empty function.
+  std::function<void(at::Tensor&)> reduction();
+  void set_reduction(std::function<void(at::Tensor&)> reduce);
+
+ private:
+  std::mutex mutex_;
+  std::function<void(at::Tensor&)> reduce_;
+  std::vector<DelayedEntry> entries_;
+  std::set<std::pair<const void*, int>> recorded_;
+};
+
+}  // namespace mixprec::fp8::detail

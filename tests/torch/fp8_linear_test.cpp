@@ -1,0 +1,440 @@
+// fp8::Linear against the same computation built from PyTorch ops in this file (the cast chain,
+// MXFP8 blocks of tests/torch/fp8_reference.h, at::linear / mm), bit for bit, forward and backward,
+// for every recipe; the delayed rule's scales and histories against a simulation of Transformer
+// Engine's (transformer_engine/pytorch/fp8.py: roll(-1), zero slot 0, (fp8_max / amax) / 2^margin),
+// with TE PR #825's fix (a module that did not run keeps its history). CPU: the emulation path.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "mixprec/fp8.h"
+#include "torch/fp8_reference.h"
+#include "torch/test_util.h"
+
+namespace {
+
+namespace fp8 = mixprec::fp8;
+using fp8_ref::bitwise_equal;
+using fp8_ref::scalar;
+
+constexpr std::int64_t kIn = 40, kOut = 24;  // 40: one full MX block and a partial one
+const at::ScalarType kE4M3 = at::kFloat8_e4m3fn;
+
+struct Result {
+  at::Tensor y, gx, gw, gb;
+};
+
+/// randn of `shape` (2-D after flattening the leading dims) times 2^(a_row + b_col), a and b
+/// evenly over [-spread, spread]: each row and each column has its own magnitude, so an MX block
+/// along rows differs from one along columns (within a block, small elements underflow into
+/// FP8 subnormals or zero) and per-tensor casts both saturate and flush.
+at::Tensor wide(std::vector<std::int64_t> shape, double spread) {
+  const std::int64_t cols = shape.back();
+  const std::int64_t rows = c10::multiply_integers(shape) / cols;
+  const at::Tensor e = torch::linspace(-spread, spread, rows).unsqueeze(1) +
+                       torch::linspace(-spread, spread, cols).unsqueeze(0);
+  return (torch::randn({rows, cols}) * at::exp2(e)).view(shape);
+}
+
+/// Forward (under `recipe`, or outside every scope when null) and backward with upstream
+/// gradient r: the loss is sum(y * r), so grad_output is r in y's dtype.
+template <typename Module>
+Result run(Module& lin, fp8::Recipe* recipe, const at::Tensor& x_in, const at::Tensor& r) {
+  const at::Tensor x = x_in.detach().clone().requires_grad_(true);
+  lin->zero_grad();
+  at::Tensor y;
+  if (recipe != nullptr) {
+    fp8::Autocast scope(*recipe);
+    y = lin->forward(x);
+  } else {
+    y = lin->forward(x);
+  }
+  (y.to(at::kFloat) * r).sum().backward();  // backward after the scope, as in training
+  const at::Tensor gb = lin->bias.defined() ? lin->bias.grad() : at::Tensor();
+  return {y.detach(), x.grad(), lin->weight.grad(), gb};
+}
+
+void expect_same(const Result& got, const Result& want) {
+  EXPECT_TRUE(bitwise_equal(got.y, want.y)) << "forward";
+  EXPECT_TRUE(bitwise_equal(got.gx, want.gx)) << "grad_input";
+  EXPECT_TRUE(bitwise_equal(got.gw, want.gw)) << "grad_weight";
+  if (want.gb.defined()) {
+    EXPECT_TRUE(bitwise_equal(got.gb, want.gb)) << "grad_bias";
+  }
+}
+
+at::Tensor bias_grad(const at::Tensor& g2, const at::Tensor& b) {
+  if (!b.defined()) return b;
+  const bool narrow = g2.scalar_type() == at::kHalf || g2.scalar_type() == at::kBFloat16;
+  return at::sum(g2, {0}, false, narrow ? at::kFloat : g2.scalar_type()).to(b.scalar_type());
+}
+
+/// Scales (and their inverses) of the three casts: input, weight, grad_output.
+struct Scales {
+  float s[3] = {1, 1, 1};
+  float inv[3] = {1, 1, 1};
+};
+
+/// The per-tensor recipes built from PyTorch ops: each operand cast by the chain and read back,
+/// at::linear forward; grad_input = deq(g) @ deq(w), grad_weight = deq(g)^T @ deq(x).
+Result reference_per_tensor(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                            const at::Tensor& r, const Scales& sc, at::ScalarType grad_fp8) {
+  const at::ScalarType dtype = x.scalar_type();
+  const at::Tensor x2 = x.reshape({-1, kIn});
+  const at::Tensor xd =
+      fp8_ref::dequantize(fp8_ref::quantize(x2, scalar(sc.s[0]), kE4M3), scalar(sc.inv[0]), dtype);
+  const at::Tensor wd =
+      fp8_ref::dequantize(fp8_ref::quantize(w, scalar(sc.s[1]), kE4M3), scalar(sc.inv[1]), dtype);
+  std::vector<std::int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = kOut;
+  const at::Tensor y = at::linear(xd, wd, b.defined() ? b.to(dtype) : b).view(out_shape);
+  const at::Tensor g2 = r.to(dtype).reshape({-1, kOut});
+  const at::Tensor gd = fp8_ref::dequantize(fp8_ref::quantize(g2, scalar(sc.s[2]), grad_fp8),
+                                            scalar(sc.inv[2]), dtype);
+  return {y, gd.mm(wd).view(x.sizes()), gd.t().mm(xd).to(w.scalar_type()), bias_grad(g2, b)};
+}
+
+/// MXFP8 from PyTorch ops: blocks along each GEMM's reduction dim (forward: in_features;
+/// grad_input: out_features, so weight^T's rows; grad_weight: the batch, so g^T's and x^T's rows).
+Result reference_mx(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                    const at::Tensor& r) {
+  const at::ScalarType dtype = x.scalar_type();
+  const auto mx = [&](const at::Tensor& t) {
+    return fp8_ref::dequantize_mx(fp8_ref::quantize_mx(t.contiguous(), kE4M3), dtype);
+  };
+  const at::Tensor x2 = x.reshape({-1, kIn});
+  std::vector<std::int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = kOut;
+  const at::Tensor y = at::linear(mx(x2), mx(w), b.defined() ? b.to(dtype) : b).view(out_shape);
+  const at::Tensor g2 = r.to(dtype).reshape({-1, kOut});
+  return {y, mx(g2).mm(mx(w.t()).t()).view(x.sizes()),
+          mx(g2.t()).mm(mx(x2.t()).t()).to(w.scalar_type()), bias_grad(g2, b)};
+}
+
+/// The current rule as torchao writes it (fp8_max / max(amax, eps), in float32 here as the
+/// core), with TE's guards: a non-finite amax gives 1, an infinite scale FLT_MAX.
+float current_scale(const at::Tensor& t, double fp8_max, double eps) {
+  const float amax = t.abs().max().to(at::kFloat).item<float>();
+  if (!std::isfinite(amax)) return 1.0f;
+  const float s = static_cast<float>(fp8_max) / std::max(amax, static_cast<float>(eps));
+  return std::isinf(s) ? FLT_MAX : s;
+}
+
+TEST(Fp8LinearTest, OutsideAutocastIsTorchLinear) {
+  for (const bool with_bias : {true, false}) {
+    torch::manual_seed(7);
+    torch::nn::Linear ref(torch::nn::LinearOptions(kIn, kOut).bias(with_bias));
+    torch::manual_seed(7);
+    fp8::Linear lin(fp8::LinearOptions(kIn, kOut).bias(with_bias));
+    EXPECT_TRUE(bitwise_equal(lin->weight, ref->weight));  // same initialization
+    if (with_bias) {
+      EXPECT_TRUE(bitwise_equal(lin->bias, ref->bias));
+    }
+    std::vector<std::string> names;
+    for (const auto& p : lin->named_parameters()) names.push_back(p.key());
+    const std::vector<std::string> expected_names =
+        with_bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"};
+    EXPECT_EQ(names, expected_names);
+    names.clear();
+    for (const auto& p : lin->named_buffers()) names.push_back(p.key());
+    EXPECT_EQ(names, (std::vector<std::string>{"amax_history", "scale", "scale_inv"}));
+    EXPECT_EQ(lin->amax_history.sizes(), (std::vector<std::int64_t>{1024, 3}));
+    EXPECT_TRUE(lin->scale.equal(torch::ones({3})));
+    EXPECT_TRUE(lin->scale_inv.equal(torch::ones({3})));
+    const at::Tensor x = torch::randn({2, 3, kIn});
+    const at::Tensor r = torch::randn({2, 3, kOut});
+    expect_same(run(lin, nullptr, x, r), run(ref, nullptr, x, r));
+  }
+  std::ostringstream printed;
+  printed << fp8::Linear(kIn, kOut);
+  EXPECT_EQ(printed.str(), "mixprec::fp8::Linear(in_features=40, out_features=24, bias=true)");
+}
+
+TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
+  for (const auto& [dtype, with_bias] :
+       {std::pair{at::kFloat, true}, std::pair{at::kBFloat16, true},
+        std::pair{at::kFloat, false}}) {
+    for (const fp8::Scaling scaling : {fp8::Scaling::kDelayed, fp8::Scaling::kCurrent,
+                                       fp8::Scaling::kNone, fp8::Scaling::kMxfp8}) {
+      for (const fp8::Format format : {fp8::Format::kE4M3, fp8::Format::kHybrid}) {
+        const char* names[] = {"delayed", "current", "mxfp8", "none"};
+        SCOPED_TRACE(::testing::Message()
+                     << "dtype " << dtype << ", " << names[static_cast<int>(scaling)] << ", format "
+                     << (format == fp8::Format::kHybrid ? "hybrid" : "e4m3")
+                     << (with_bias ? "" : ", no bias"));
+        torch::manual_seed(11);
+        fp8::Linear lin(fp8::LinearOptions(kIn, kOut).bias(with_bias));
+        fp8::Recipe recipe(fp8::RecipeOptions().scaling(scaling).format(format));
+        // Magnitudes over 2^-16..2^16 (x, weight) and 2^-26..2^6 (grad_output), varying along
+        // both dims of each GEMM operand (see wide()).
+        {
+          torch::NoGradGuard no_grad;
+          lin->weight.mul_(wide({kOut, kIn}, 8).abs());
+        }
+        const at::Tensor x = wide({2, 3, kIn}, 8).to(dtype);
+        const at::Tensor r = wide({2, 3, kOut}, 8) * 1e-3;
+        const Result got = run(lin, &recipe, x, r);
+        const at::Tensor b = with_bias ? lin->bias.detach() : at::Tensor();
+        const at::ScalarType grad_fp8 =
+            format == fp8::Format::kHybrid && scaling != fp8::Scaling::kMxfp8 ? at::kFloat8_e5m2
+                                                                              : kE4M3;
+        Scales sc;  // delayed, first iteration, and none: 1
+        if (scaling == fp8::Scaling::kCurrent) {
+          const at::Tensor g = r.to(dtype);
+          sc.s[0] = current_scale(x, 448, 1e-12);
+          sc.s[1] = current_scale(lin->weight, 448, 1e-12);  // the float weight is cast
+          sc.s[2] = current_scale(g, fp8_ref::fp8_max(grad_fp8), 1e-12);
+          for (int i = 0; i < 3; ++i) sc.inv[i] = 1.0f / sc.s[i];
+          // The module's buffers hold the scales used.
+          EXPECT_TRUE(bitwise_equal(lin->scale, torch::tensor({sc.s[0], sc.s[1], sc.s[2]})));
+          EXPECT_TRUE(
+              bitwise_equal(lin->scale_inv, torch::tensor({sc.inv[0], sc.inv[1], sc.inv[2]})));
+        }
+        const Result want = scaling == fp8::Scaling::kMxfp8
+                                ? reference_mx(x, lin->weight.detach(), b, r)
+                                : reference_per_tensor(x, lin->weight.detach(), b, r, sc, grad_fp8);
+        expect_same(got, want);
+        // FP8 changed the result (the test would not see a recipe that does nothing).
+        EXPECT_FALSE(got.y.equal(
+            at::linear(x, lin->weight.detach().to(dtype), b.defined() ? b.to(dtype) : b)));
+        EXPECT_EQ(got.gw.scalar_type(), at::kFloat);
+      }
+    }
+  }
+}
+
+TEST(Fp8LinearTest, CurrentScalingPowerOfTwoAndEps) {
+  torch::manual_seed(12);
+  fp8::Linear lin(kIn, kOut);
+  fp8::Recipe recipe(
+      fp8::RecipeOptions().scaling(fp8::Scaling::kCurrent).power_of_2_scales(true).eps(1e-3));
+  const at::Tensor x = torch::randn({5, kIn}) * 1e-6;  // amax below eps: eps counts
+  const at::Tensor r = torch::randn({5, kOut});
+  const Result got = run(lin, &recipe, x, r);
+  Scales sc;
+  sc.s[0] = std::exp2(std::floor(std::log2(448.0f / 1e-3f)));
+  sc.s[1] = std::exp2(std::floor(std::log2(current_scale(lin->weight, 448, 1e-3))));
+  sc.s[2] = std::exp2(std::floor(std::log2(current_scale(r, 57344, 1e-3))));
+  for (int i = 0; i < 3; ++i) sc.inv[i] = 1.0f / sc.s[i];
+  EXPECT_TRUE(bitwise_equal(lin->scale, torch::tensor({sc.s[0], sc.s[1], sc.s[2]})));
+  expect_same(got, reference_per_tensor(x, lin->weight.detach(), lin->bias.detach(), r, sc,
+                                        at::kFloat8_e5m2));
+}
+
+/// Transformer Engine's delayed-scaling bookkeeping for one module, simulated with PyTorch ops
+/// (TE's _default_get_amax_and_update_history and _default_sf_compute).
+struct DelayedReference {
+  at::Tensor history;
+  Scales sc;
+  bool cast[3] = {false, false, false};
+
+  explicit DelayedReference(std::int64_t len) : history(torch::zeros({len, 3})) {}
+
+  void record(int column, const at::Tensor& t) {
+    history[0][column] = at::maximum(history[0][column], t.abs().max().to(at::kFloat));
+    cast[column] = true;
+  }
+
+  void update(const fp8::RecipeOptions& o) {
+    const double maxes[3] = {448, 448, o.format() == fp8::Format::kHybrid ? 57344.0 : 448.0};
+    for (int c = 0; c < 3; ++c) {
+      if (!cast[c]) continue;  // TE PR #825: a tensor not cast is not rolled
+      at::Tensor col = history.select(1, c);
+      const float amax = o.amax_compute_algo() == fp8::AmaxAlgo::kMax ? col.max().item<float>()
+                                                                      : col[0].item<float>();
+      if (amax > 0 && std::isfinite(amax)) {
+        float s = (static_cast<float>(maxes[c]) / amax) / std::ldexp(1.0f, o.margin());
+        if (std::isinf(s)) s = FLT_MAX;  // TE PR #786
+        sc.s[c] = s;
+        sc.inv[c] = 1.0f / s;
+      }
+      col.copy_(torch::roll(col, -1, 0));
+      col[0] = 0.0f;
+      cast[c] = false;
+    }
+  }
+};
+
+TEST(Fp8LinearTest, DelayedScalesFollowTransformerEngine) {
+  for (const fp8::AmaxAlgo algo : {fp8::AmaxAlgo::kMax, fp8::AmaxAlgo::kMostRecent}) {
+    SCOPED_TRACE(static_cast<int>(algo));
+    const auto options = fp8::RecipeOptions().amax_history_len(4).margin(1).amax_compute_algo(algo);
+    fp8::Recipe recipe(options);
+    torch::manual_seed(13);
+    fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(4));
+    DelayedReference ref(4);
+    // Amaxes rise, fall to zero (most_recent keeps the old scale), then jump far past the
+    // stale scale's range (saturation).
+    const double factors[] = {1, 3, 0.5, 0, 2, 40, 1, 0.1};
+    for (int it = 0; it < 8; ++it) {
+      SCOPED_TRACE(it);
+      const at::Tensor x = torch::randn({3, kIn}) * factors[it];
+      const at::Tensor r = torch::randn({3, kOut}) * factors[it] * 1e-2;
+      if (it > 0) ref.update(options);  // what Autocast's constructor does
+      const Result got = run(lin, &recipe, x, r);
+      const Result want = reference_per_tensor(x, lin->weight.detach(), lin->bias.detach(), r,
+                                               ref.sc, at::kFloat8_e5m2);
+      expect_same(got, want);
+      ref.record(0, x);
+      ref.record(1, lin->weight);
+      ref.record(2, r);
+      EXPECT_TRUE(bitwise_equal(lin->amax_history, ref.history));
+      EXPECT_TRUE(
+          bitwise_equal(lin->scale, torch::tensor({ref.sc.s[0], ref.sc.s[1], ref.sc.s[2]})));
+      EXPECT_TRUE(bitwise_equal(lin->scale_inv,
+                                torch::tensor({ref.sc.inv[0], ref.sc.inv[1], ref.sc.inv[2]})));
+      torch::NoGradGuard no_grad;
+      lin->weight.mul_(1.25);  // as an optimizer step would change it
+    }
+  }
+}
+
+TEST(Fp8LinearTest, BackwardAfterTheNextUpdateReadsTheForwardCasts) {
+  // Backward dequantizes the input and weight saved in forward with the scale_inv they were cast
+  // with, even when an update (the next Autocast) changed the buffers in between.
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(2));
+  torch::manual_seed(16);
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(2));
+  const at::Tensor x_in = wide({3, kIn}, 4);
+  const at::Tensor r = torch::randn({3, kOut});
+  const at::Tensor x = x_in.clone().requires_grad_(true);
+  at::Tensor y;
+  {
+    fp8::Autocast scope(recipe);
+    y = lin(x);
+  }
+  { fp8::Autocast next(recipe); }  // updates the input and weight scales
+  EXPECT_NE(lin->scale_inv[0].item<float>(), 1.0f);
+  EXPECT_NE(lin->scale_inv[1].item<float>(), 1.0f);
+  (y * r).sum().backward();
+  // Forward cast with scale 1; grad_output's scale is still 1 (it was not cast before).
+  const Result want = reference_per_tensor(x_in, lin->weight.detach(), lin->bias.detach(), r,
+                                           Scales{}, at::kFloat8_e5m2);
+  expect_same({y.detach(), x.grad(), lin->weight.grad(), lin->bias.grad()}, want);
+}
+
+TEST(Fp8LinearTest, ModuleNotRunKeepsItsHistory) {
+  // TE PR #825: rolling the histories of modules that did not run changed their scales.
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(3));
+  fp8::Linear a(fp8::LinearOptions(kIn, kIn).amax_history_len(3));
+  fp8::Linear b(fp8::LinearOptions(kIn, kIn).amax_history_len(3));
+  const auto iteration = [&](bool use_b) {
+    const at::Tensor x = torch::randn({4, kIn}, torch::requires_grad());
+    at::Tensor y;
+    {
+      fp8::Autocast scope(recipe);
+      y = a(x);
+      if (use_b) y = b(y);
+    }
+    y.sum().backward();
+  };
+  iteration(true);
+  iteration(true);
+  iteration(false);  // b idle: its slot 0 stays 0 and it is not recorded
+  const at::Tensor b_history = b->amax_history.clone(), b_scale = b->scale.clone();
+  const at::Tensor a_history = a->amax_history.clone();
+  { fp8::Autocast scope(recipe); }  // the update of the iteration b sat out
+  EXPECT_TRUE(bitwise_equal(b->amax_history, b_history));
+  EXPECT_TRUE(bitwise_equal(b->scale, b_scale));
+  EXPECT_FALSE(a->amax_history.equal(a_history));  // a was rolled
+  EXPECT_TRUE(a->amax_history[0].eq(0).all().item<bool>());
+}
+
+TEST(Fp8LinearTest, ModuleUsedTwiceIsRecordedOnce) {
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(3));
+  fp8::Linear lin(fp8::LinearOptions(kIn, kIn).amax_history_len(3));
+  const at::Tensor x = torch::randn({4, kIn});
+  at::Tensor y1, y2;
+  {
+    fp8::Autocast scope(recipe);
+    y1 = lin(x);
+    y2 = lin(y1);
+  }
+  y1.retain_grad();
+  y2.sum().backward();
+  const float amax_in = std::max(x.abs().max().item<float>(), y1.abs().max().item<float>());
+  const float amax_grad = std::max(1.0f, y1.grad().abs().max().item<float>());
+  EXPECT_EQ(lin->amax_history[0][0].item<float>(), amax_in);
+  EXPECT_EQ(lin->amax_history[0][2].item<float>(), amax_grad);
+  { fp8::Autocast scope(recipe); }
+  // Rolled once: this iteration's amaxes in the last slot, nothing else.
+  EXPECT_EQ(lin->amax_history[2][0].item<float>(), amax_in);
+  EXPECT_EQ(lin->amax_history.narrow(0, 0, 2).abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(lin->scale[0].item<float>(), 448.0f / amax_in);
+}
+
+TEST(Fp8LinearTest, AmaxReductionGetsEveryAmaxInFirstCastOrder) {
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(2));
+  at::Tensor seen;
+  recipe.set_amax_reduction([&](at::Tensor& amaxes) {
+    seen = amaxes.clone();
+    amaxes.mul_(2);  // as if another rank saw twice the amaxes
+  });
+  fp8::Linear a(fp8::LinearOptions(kIn, kIn).amax_history_len(2));
+  fp8::Linear b(fp8::LinearOptions(kIn, kOut).amax_history_len(2));
+  const at::Tensor x = torch::randn({4, kIn});
+  const at::Tensor r = torch::randn({4, kOut});
+  at::Tensor h, y;
+  {
+    fp8::Autocast scope(recipe);
+    h = a(x);
+    y = b(h);
+  }
+  h.retain_grad();
+  (y * r).sum().backward();
+  { fp8::Autocast scope(recipe); }
+  const auto amax = [](const at::Tensor& t) { return t.abs().max().item<float>(); };
+  // Forward: a's input and weight, b's input and weight; backward: b's grad, then a's.
+  const std::vector<float> expected = {amax(x),         amax(a->weight), amax(h),
+                                       amax(b->weight), amax(r),         amax(h.grad())};
+  ASSERT_TRUE(seen.defined());
+  EXPECT_TRUE(bitwise_equal(seen, torch::tensor(expected)));
+  EXPECT_EQ(a->scale[0].item<float>(), 448.0f / (2 * expected[0]));
+  EXPECT_EQ(b->scale[2].item<float>(), 57344.0f / (2 * expected[4]));
+  EXPECT_EQ(a->amax_history[1][0].item<float>(), 2 * expected[0]);  // the reduced value kept
+}
+
+TEST(Fp8LinearTest, StateRoundTripsThroughTorchSave) {
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(5));
+  torch::manual_seed(14);
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(5));
+  for (int it = 0; it < 3; ++it) run(lin, &recipe, torch::randn({3, kIn}), torch::randn({3, kOut}));
+  { fp8::Autocast scope(recipe); }
+  std::stringstream archive;
+  torch::save(lin, archive);
+  torch::manual_seed(15);
+  fp8::Linear loaded(fp8::LinearOptions(kIn, kOut).amax_history_len(5));
+  torch::load(loaded, archive);
+  for (const auto& p : lin->named_parameters()) {
+    EXPECT_TRUE(bitwise_equal(loaded->named_parameters()[p.key()], p.value())) << p.key();
+  }
+  for (const auto& p : lin->named_buffers()) {
+    EXPECT_TRUE(bitwise_equal(loaded->named_buffers()[p.key()], p.value())) << p.key();
+  }
+  EXPECT_FALSE(lin->scale.equal(torch::ones({3})));  // the state saved was not the initial one
+}
+
+TEST(Fp8LinearTest, Errors) {
+  fp8::Recipe recipe;  // delayed, history 1024
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(16));
+  {
+    fp8::Autocast scope(recipe);
+    EXPECT_THROW_WITH(lin(torch::randn({2, kIn})),
+                      "amax_history has 16 rows but the recipe's amax_history_len is 1024");
+    EXPECT_THROW_WITH(lin(torch::randn({2, kIn - 1})), "mat1 and mat2 shapes cannot be multiplied");
+  }
+  // The other rules do not read the history.
+  fp8::Recipe current(fp8::RecipeOptions().scaling(fp8::Scaling::kCurrent));
+  fp8::Autocast scope(current);
+  EXPECT_EQ(lin(torch::randn({kIn})).sizes(), (std::vector<std::int64_t>{kOut}));
+  // No grad: forward only, nothing saved.
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(lin(torch::randn({2, kIn})).requires_grad());
+}
+
+}  // namespace
