@@ -42,7 +42,6 @@ struct Plan : torch::CustomClassHolder {
   core::Fp8Format grad_format = core::Fp8Format::kE4M3;
   at::Tensor amax_history, scale, scale_inv;  // the module's buffers
   at::ScalarType compute_dtype = at::kFloat;  // the input's dtype
-  std::vector<std::int64_t> input_shape;
   at::ScalarType weight_dtype = at::kFloat, bias_dtype = at::kFloat;
   bool has_bias = false, input_grad = false, weight_grad = false;
 };

@@ -225,7 +225,7 @@ struct DelayedTensor {
 /// before PR #825). For each: amax = max of the history (kMax) or slot 0 (kMostRecent); *scale =
 /// delayed_scale(amax, *scale, fp8_max(format), margin); *scale_inv = 1 / *scale; then the history
 /// rolls as TE's (slot i takes slot i+1, the last slot takes slot 0) and slot 0 is zeroed. All
-/// tensors on `device`; on CUDA one launch for all of them.
+/// tensors on `device`; on CUDA one launch per 96 tensors, none of them synchronising.
 void delayed_scaling_update_(const DelayedTensor* tensors, std::size_t count,
                              const DelayedScaling& rule, Device device = {},
                              void* stream = nullptr);
