@@ -236,7 +236,9 @@ struct DelayedReference {
   explicit DelayedReference(std::int64_t len) : history(torch::zeros({len, 3})) {}
 
   void record(int column, const at::Tensor& t) {
-    history[0][column] = at::maximum(history[0][column], t.abs().max().to(at::kFloat));
+    // Detached: the reference's history must not join the weight's autograd graph (an in-place
+    // write of a value that requires grad would, and the roll's in-place copy then leaks a cycle).
+    history[0][column] = at::maximum(history[0][column], t.detach().abs().max().to(at::kFloat));
     cast[column] = true;
   }
 
