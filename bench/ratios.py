@@ -2,8 +2,9 @@
 """Prints the ratios of one run of mixprec's benchmarks (Google Benchmark JSON files from
 unscale_benchmark and optim_benchmark) against the machine's in-place scale loop and PyTorch's
 own kernels (rows with PyTorch need LibTorch >= 2.4), with the targets of the CPU speed issues;
-python.json (bench/python_overhead.py) adds Python GradScaler's per-iteration overhead.
-Standard library only. Usage: ratios.py unscale.json [optim.json [python.json]]"""
+python.json (bench/python_overhead.py) adds Python GradScaler's per-iteration overhead, fp8.json
+(fp8_benchmark) the FP8 casts against their loops and LibTorch's op chain (LibTorch >= 2.1).
+Standard library only. Usage: ratios.py unscale.json [optim.json] [python.json] [fp8.json]"""
 import json
 import re
 import statistics
@@ -38,7 +39,7 @@ def load(path):
 
 
 def main():
-    if len(sys.argv) not in (2, 3, 4):
+    if len(sys.argv) not in (2, 3, 4, 5):
         sys.exit(__doc__)
     context, r = load(sys.argv[1])
     python = None
@@ -53,9 +54,9 @@ def main():
           f"load average {context.get('load_avg')}, mixprec threads "
           f"{context.get('mixprec_threads')}, SIMD target {context.get('mixprec_simd_target')}")
     print()
-    print(f"{'benchmark':34} {'time ms':>10} {'GB/s':>8}")
+    print(f"{'benchmark':42} {'time ms':>10} {'GB/s':>8}")
     for name, (t, bps) in sorted(r.items()):  # interleaved runs come in random order
-        print(f"{name.replace('BM_', ''):34} {t:10.4g} {bps / 1e9:8.2f}")
+        print(f"{name.replace('BM_', ''):42} {t:10.4g} {bps / 1e9:8.2f}")
     print()
 
     def bw(name):
@@ -120,11 +121,28 @@ def main():
     rows.append(("AdamW: torch::optim::AdamW + unscale_ / mixprec (time)",
                  ratio(time("TorchAdamWWithUnscale"), time("mixprec_AdamWWithScaler")), ">= 4x",
                  lambda v: v >= 4))
-    print(f"{'ratio':52} {'measured':>9} {'target':>9}  met")
+    # FP8 casts (fp8_benchmark, 64M fp32 elements): each kernel against the plain loop with its
+    # traffic (4 bytes read, 1 written; dequantize the reverse), the hand-written chain of LibTorch
+    # ops (x.abs().max(), mul, clamp, to(kFloat8_e4m3fn)) the competition.
+    def fp8(name):
+        return f"{name}/{64 << 20}"
+
+    rows.append(("FP8 amax+quantize e4m3 64M vs 4:1 loop (bytes/s)",
+                 ratio(bw(fp8("mixprec_amax_quantize_e4m3")), bw(fp8("loop_4to1"))), ">= 0.9x",
+                 lambda v: v >= 0.9))
+    rows.append(("FP8 amax+quantize e4m3 64M vs LibTorch op chain (speed)",
+                 ratio(time(fp8("torch_amax_quantize_e4m3")),
+                       time(fp8("mixprec_amax_quantize_e4m3"))), ">= 1x", lambda v: v >= 1))
+    for kernel in ("quantize_current_e4m3", "quantize_mxfp8_e4m3"):
+        rows.append((f"FP8 {kernel} 64M vs 4:1 loop (bytes/s)",
+                     ratio(bw(fp8(f"mixprec_{kernel}")), bw(fp8("loop_4to1"))), "(info)", None))
+    rows.append(("FP8 dequantize e4m3 64M vs 1:4 loop (bytes/s)",
+                 ratio(bw(fp8("mixprec_dequantize_e4m3")), bw(fp8("loop_1to4"))), "(info)", None))
+    print(f"{'ratio':56} {'measured':>9} {'target':>9}  met")
     for what, value, target, ok in rows:
         shown = "n/a" if value is None else f"{value:.3f}x"
         met = "" if ok is None or value is None else ("yes" if ok(value) else "NO")
-        print(f"{what:52} {shown:>9} {target:>9}  {met}")
+        print(f"{what:56} {shown:>9} {target:>9}  {met}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Release benchmarks (unscale-and-check, GradScaler + fused optimizer steps, per-iteration
-# overhead) and runs them once (JSON), with bench/python_overhead.py where python3-torch >= 2.4 is
-# installed, then prints the ratios of that run.
+# overhead, the FP8 casts) and runs them once (JSON), with bench/python_overhead.py where
+# python3-torch >= 2.4 is installed, then prints the ratios of that run.
 # Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
 set -euo pipefail
 
@@ -10,7 +10,7 @@ build="${BUILD_DIR:-$root/build-bench}"
 jobs="${JOBS:-2}"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXPREC_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target unscale_benchmark optim_benchmark
+cmake --build "$build" -j"$jobs" --target unscale_benchmark optim_benchmark fp8_benchmark
 
 json="$build/unscale_benchmark.json"
 # Interleaved repetitions smooth out a shared machine (load that comes and goes hits every
@@ -21,7 +21,11 @@ json="$build/unscale_benchmark.json"
 optim_json="$build/optim_benchmark.json"
 "$build/bench/optim_benchmark" --benchmark_format=json --benchmark_enable_random_interleaving=true \
   "$@" >"$optim_json"
-results=("$json" "$optim_json")
+fp8_json="$build/fp8_benchmark.json"
+"$build/bench/fp8_benchmark" --benchmark_format=json --benchmark_repetitions=5 \
+  --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+  "$@" >"$fp8_json"
+results=("$json" "$optim_json" "$fp8_json")
 # Python's GradScaler overhead, where python3-torch >= 2.4 is installed (exit 77 otherwise).
 python_json="$build/python_overhead.json"
 if python3 "$root/bench/python_overhead.py" >"$python_json"; then results+=("$python_json"); fi

@@ -81,7 +81,7 @@ struct RecipeOptions {
   TORCH_ARG(Scaling, scaling) = Scaling::kDelayed;
   /// kMxfp8 always uses E4M3 elements (as TE); the others follow this.
   TORCH_ARG(Format, format) = Format::kHybrid;
-  /// Delayed: the scale is divided by 2^margin.
+  /// Delayed: the scale is divided by 2^margin, in [-126, 127].
   TORCH_ARG(int, margin) = 0;
   /// Delayed: amaxes kept per tensor; fp8::Linear's buffers must have this length.
   TORCH_ARG(std::int64_t, amax_history_len) = 1024;
@@ -131,7 +131,9 @@ class Recipe {
 /// Turns FP8 on for this thread in its scope, like TE's fp8_autocast: fp8::Linear modules run
 /// their forward (and so their backward) with `recipe`. Its constructor first runs
 /// recipe.update(), so the delayed scales of one iteration come from the amaxes up to the last
-/// one. Scopes nest (the inner recipe wins until it ends); backward may run after the scope.
+/// one; a scope nested in one of the same recipe (or a copy) is part of that iteration and does
+/// not update again, as TE updates once per outermost fp8_autocast. Scopes nest (the inner recipe
+/// wins until it ends); backward may run after the scope.
 ///
 /// **Example**
 /// ```cpp
@@ -152,7 +154,8 @@ class Autocast {
   static Recipe* current();
 
  private:
-  Recipe* previous_;
+  Recipe* recipe_;
+  Autocast* outer_;  // the enclosing scope on this thread, or null
 };
 
 // ---- fp8::Linear ----------------------------------------------------------------------------

@@ -250,9 +250,9 @@ RecipeOptions validated(RecipeOptions options) {
   constexpr const char* kWho = "fp8::Recipe";
   TORCH_CHECK(options.amax_history_len() >= 1, kWho, ": amax_history_len must be >= 1, got ",
               options.amax_history_len());
-  // delayed_scale divides by 2^margin exactly for |margin| < 127 (mixprec/core/fp8.h).
-  TORCH_CHECK(options.margin() > -127 && options.margin() < 127, kWho,
-              ": margin must be in [-126, 126] (the scale is divided by 2^margin), got ",
+  // delayed_scale divides by 2^margin, a normal float32 (mixprec/core/fp8.h); the core's range.
+  TORCH_CHECK(options.margin() >= -126 && options.margin() <= 127, kWho,
+              ": margin must be in [-126, 127] (the scale is divided by 2^margin), got ",
               options.margin());
   TORCH_CHECK(std::isfinite(options.eps()) && static_cast<float>(options.eps()) > 0.0f, kWho,
               ": eps must be finite and > 0 in float32 (amaxes below it count as it), got ",
@@ -333,16 +333,22 @@ void Recipe::update() {
 // ---- Autocast -----------------------------------------------------------------------------------
 
 namespace {
-thread_local Recipe* current_recipe = nullptr;
+thread_local Autocast* innermost = nullptr;
 }  // namespace
 
-Autocast::Autocast(Recipe& recipe) : previous_(current_recipe) {
-  recipe.update();
-  current_recipe = &recipe;
+Autocast::Autocast(Recipe& recipe) : recipe_(&recipe), outer_(innermost) {
+  // A nested scope of the same recipe (copies share its state) is the same iteration: TE's
+  // fp8_autocast reduces and updates only when its outermost scope ends.
+  bool nested = false;
+  for (const Autocast* a = outer_; a != nullptr && !nested; a = a->outer_) {
+    nested = a->recipe_->state() == recipe.state();
+  }
+  if (!nested) recipe.update();
+  innermost = this;
 }
 
-Autocast::~Autocast() { current_recipe = previous_; }
+Autocast::~Autocast() { innermost = outer_; }
 
-Recipe* Autocast::current() { return current_recipe; }
+Recipe* Autocast::current() { return innermost == nullptr ? nullptr : innermost->recipe_; }
 
 }  // namespace mixprec::fp8

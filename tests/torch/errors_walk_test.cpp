@@ -20,8 +20,12 @@
 #include "mixprec/core/optim_kernels.h"
 #include "mixprec/mixprec.h"
 #include "torch/views.h"  // detail::torch_cuda_built(): which CUDA row applies to this build
+#include "mixprec/torch_version.h"
 #ifdef MIXPREC_HAS_DISTRIBUTED
 #include "mixprec/distributed.h"
+#endif
+#if MIXPREC_TORCH_FP8
+#include "mixprec/fp8.h"
 #endif
 
 namespace mixprec {
@@ -549,6 +553,45 @@ std::vector<Trigger> triggers() {
        "`mixprec::distributed::found_inf_reducer: needs at least one",
        {thrown([] { distributed::found_inf_reducer(std::vector<distributed::ProcessGroupPtr>{}); }),
         thrown([] { distributed::found_inf_reducer(distributed::ProcessGroupPtr()); })}},
+      {"Fp8AllReduceFails", "`mixprec::distributed: all-reduce (MAX) of the FP8 amaxes", {thrown([] {
+         at::Tensor amaxes = ones({3});
+         distributed::fp8_amax_reduction(c10::make_intrusive<DeadPeerGroup>())(amaxes);
+       })}},
+      {"Fp8ReductionArguments",
+       "`mixprec::distributed::fp8_amax_reduction: needs at least one",
+       {thrown([] { distributed::fp8_amax_reduction(std::vector<distributed::ProcessGroupPtr>{}); }),
+        thrown([] {
+          at::Tensor amaxes = ones({2}).to(torch::kInt);
+          distributed::fp8_amax_reduction(c10::make_intrusive<DeadPeerGroup>())(amaxes);
+        })}},
+#endif
+#if MIXPREC_TORCH_FP8
+      {"Fp8Dtype", "`fp8::quantize: expected Float8_e4m3fn", {thrown([] {
+         fp8::quantize(ones({2}), ones({1}), torch::kFloat);
+       })}},
+      {"Fp8RecipeOptions",
+       "`fp8::Recipe: amax_history_len must be",
+       {thrown([] { fp8::Recipe(fp8::RecipeOptions().amax_history_len(0)); }),
+        thrown([] { fp8::Recipe(fp8::RecipeOptions().margin(128)); }),
+        thrown([] { fp8::Recipe(fp8::RecipeOptions().eps(0)); })}},
+      {"Fp8LinearHistory", "`fp8::Linear: its amax_history has", {thrown([] {
+         fp8::Recipe recipe;  // history 1024
+         fp8::Linear lin(fp8::LinearOptions(2, 2).amax_history_len(4));
+         fp8::Autocast scope(recipe);
+         lin(ones({1, 2}));
+       })}},
+      {"Fp8MxScales", "`fp8::dequantize_mxfp8: scales of shape", {thrown([] {
+         fp8::MxTensor q = fp8::quantize_mxfp8(ones({2, 40}));
+         q.scales = q.scales.narrow(1, 0, 1);  // 40 columns need 2 blocks' scales
+         fp8::dequantize_mxfp8(q, torch::kFloat);
+       })}},
+      {"Fp8Reduction", "`fp8::Recipe: the amax reduction must leave", {thrown([] {
+         fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(2));
+         recipe.set_amax_reduction([](at::Tensor& amaxes) { amaxes = amaxes.to(torch::kDouble); });
+         fp8::Linear lin(fp8::LinearOptions(2, 2).amax_history_len(2));
+         { fp8::Autocast scope(recipe); lin(ones({1, 2})); }
+         fp8::Autocast next(recipe);  // the update calls the reduction
+       })}},
 #endif
   };
   return t;
@@ -562,6 +605,17 @@ std::vector<Untriggerable> untriggerable() {
        "mixprec was built without its distributed code; DistributedTest (label dist) covers it"},
       {"`mixprec::distributed::found_inf_reducer: needs at least one",
        "mixprec was built without its distributed code"},
+      {"`mixprec::distributed: all-reduce (MAX) of the FP8 amaxes",
+       "mixprec was built without its distributed code; DistributedTest covers it"},
+      {"`mixprec::distributed::fp8_amax_reduction: needs at least one",
+       "mixprec was built without its distributed code"},
+#endif
+#if !MIXPREC_TORCH_FP8
+      {"`fp8::quantize: expected Float8_e4m3fn", "LibTorch < 2.1: no float8 dtypes, no fp8 API"},
+      {"`fp8::Recipe: amax_history_len must be", "LibTorch < 2.1"},
+      {"`fp8::Linear: its amax_history has", "LibTorch < 2.1"},
+      {"`fp8::dequantize_mxfp8: scales of shape", "LibTorch < 2.1"},
+      {"`fp8::Recipe: the amax reduction must leave", "LibTorch < 2.1"},
 #endif
   };
 }

@@ -157,7 +157,7 @@ TEST(Fp8LinearTest, OutsideAutocastIsTorchLinear) {
 
 TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
   for (const auto& [dtype, with_bias] :
-       {std::pair{at::kFloat, true}, std::pair{at::kBFloat16, true},
+       {std::pair{at::kFloat, true}, std::pair{at::kBFloat16, true}, std::pair{at::kHalf, true},
         std::pair{at::kFloat, false}}) {
     for (const fp8::Scaling scaling : {fp8::Scaling::kDelayed, fp8::Scaling::kCurrent,
                                        fp8::Scaling::kNone, fp8::Scaling::kMxfp8}) {
@@ -170,13 +170,13 @@ TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
         torch::manual_seed(11);
         fp8::Linear lin(fp8::LinearOptions(kIn, kOut).bias(with_bias));
         fp8::Recipe recipe(fp8::RecipeOptions().scaling(scaling).format(format));
-        // Magnitudes over 2^-16..2^16 (x, weight) and 2^-26..2^6 (grad_output), varying along
-        // both dims of each GEMM operand (see wide()).
+        // Magnitudes over 2^-16..2^16 (x, weight; fp16 x: 2^-12..2^12, within its range) and
+        // 2^-26..2^6 (grad_output), varying along both dims of each GEMM operand (see wide()).
         {
           torch::NoGradGuard no_grad;
           lin->weight.mul_(wide({kOut, kIn}, 8).abs());
         }
-        const at::Tensor x = wide({2, 3, kIn}, 8).to(dtype);
+        const at::Tensor x = wide({2, 3, kIn}, dtype == at::kHalf ? 6 : 8).to(dtype);
         const at::Tensor r = wide({2, 3, kOut}, 8) * 1e-3;
         const Result got = run(lin, &recipe, x, r);
         const at::Tensor b = with_bias ? lin->bias.detach() : at::Tensor();
@@ -368,6 +368,32 @@ TEST(Fp8LinearTest, ModuleUsedTwiceIsRecordedOnce) {
   EXPECT_EQ(lin->amax_history[2][0].item<float>(), amax_in);
   EXPECT_EQ(lin->amax_history.narrow(0, 0, 2).abs().sum().item<float>(), 0.0f);
   EXPECT_EQ(lin->scale[0].item<float>(), 448.0f / amax_in);
+}
+
+TEST(Fp8LinearTest, NestedScopeOfTheSameRecipeDoesNotUpdateAgain) {
+  // TE updates once per outermost fp8_autocast: an inner scope of the same recipe (or of a copy,
+  // which shares its state) must not roll the histories of the casts made so far.
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(2)), other;
+  fp8::Recipe copy = recipe;
+  int updates = 0;
+  recipe.set_amax_reduction([&](at::Tensor&) { ++updates; });
+  fp8::Linear lin(fp8::LinearOptions(kIn, kIn).amax_history_len(2));
+  const at::Tensor x = torch::randn({4, kIn});
+  {
+    fp8::Autocast outer(recipe);
+    lin(x);
+    { fp8::Autocast inner(recipe); }
+    { fp8::Autocast inner(copy); }
+    {
+      fp8::Autocast between(other);
+      fp8::Autocast innermost(recipe);  // an enclosing scope (outer) has it
+    }
+    EXPECT_EQ(updates, 0);
+  }
+  EXPECT_EQ(lin->amax_history[0][0].item<float>(), x.abs().max().item<float>());  // not rolled
+  { fp8::Autocast next(recipe); }
+  EXPECT_EQ(updates, 1);
+  EXPECT_EQ(lin->amax_history[1][0].item<float>(), x.abs().max().item<float>());
 }
 
 TEST(Fp8LinearTest, AmaxReductionGetsEveryAmaxInFirstCastOrder) {

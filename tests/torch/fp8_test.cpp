@@ -303,9 +303,11 @@ TEST(Fp8RecipeTest, InvalidOptionsThrow) {
   EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().eps(-1)), "eps must be finite and > 0");
   EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().eps(1e-60)), "eps must be finite and > 0");
   EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().eps(std::nan(""))), "eps must be finite");
-  EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().margin(127)), "margin must be in [-126, 126]");
+  EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().margin(128)), "margin must be in [-126, 127]");
+  EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().margin(-127)), "got -127");
   EXPECT_THROW_WITH(fp8::Recipe(RecipeOptions().margin(-200)), "got -200");
   EXPECT_NO_THROW(fp8::Recipe(RecipeOptions().margin(-126).amax_history_len(1).eps(1e-30)));
+  EXPECT_NO_THROW(fp8::Recipe(RecipeOptions().margin(127)));  // the core's range (2^127 normal)
 }
 
 TEST(Fp8RecipeTest, AutocastNestsPerThread) {
