@@ -10,6 +10,13 @@
 
 namespace mixprec::core {
 
+/// The larger of two amaxes, NaN when either is NaN (torch.max's rule): how the delayed rule
+/// reduces a history and how the CPU kernels combine their threads' amaxes.
+MIXPREC_HOST_DEVICE inline float max_nan(float a, float b) {
+  if (a != a) return a;
+  return (b != b || b > a) ? b : a;
+}
+
 /// One tensor of the batched update: reduce the history, new scale and scale_inv, roll, zero
 /// slot 0 (see core::delayed_scaling_update_).
 MIXPREC_HOST_DEVICE inline void delayed_update_one(const DelayedTensor& t,
@@ -20,11 +27,7 @@ MIXPREC_HOST_DEVICE inline void delayed_update_one(const DelayedTensor& t,
   const float current = h[0];
   float amax = current;
   if (rule.algo == AmaxAlgo::kMax) {
-    // NaN-propagating max, as torch.max over the history.
-    for (std::int64_t i = 1; i < n; ++i) {
-      const float v = h[i * s];
-      if (v > amax || v != v) amax = (amax != amax) ? amax : v;
-    }
+    for (std::int64_t i = 1; i < n; ++i) amax = max_nan(amax, h[i * s]);
   }
   const float scale = delayed_scale(amax, *t.scale, fp8_max(t.format), rule.margin);
   *t.scale = scale;

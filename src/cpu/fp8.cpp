@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/fp8_ops.h"  // max_nan
 #include "cpu/fp8_simd.h"
 #include "cpu/threads.h"
 
@@ -15,7 +16,8 @@
 #endif
 
 #if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
-#error "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
+#error \
+    "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
 #endif
 
 namespace mixprec::core::cpu {
@@ -23,20 +25,8 @@ namespace {
 
 // Pieces of about kTaskBytes of the wide side (x, or out when dequantizing), shared out in
 // contiguous runs (OpenMP's static schedule), as Note [Chunking across tensors] of unscale.cpp
-// explains for the unscale kernel; the same sizes serve here.
-constexpr std::int64_t kTaskBytes = 128 * 1024;
-// Below this much work per thread, waking threads costs more than it saves.
-constexpr std::int64_t kMinBytesPerThread = 512 * 1024;
+// explains for the unscale kernel; the same sizes (cpu/threads.h) serve here.
 
-int threads_for(std::int64_t bytes) {
-  return static_cast<int>(std::min<std::int64_t>(max_threads(), bytes / kMinBytesPerThread));
-}
-
-// A NaN-propagating max of two amaxes (torch.max's rule): NaN when either is NaN.
-float max_nan(float a, float b) {
-  if (a != a) return a;
-  return (b != b || b > a) ? b : a;
-}
 
 // The elements [begin, begin + n) of `view`.
 TensorView slice(const TensorView& view, std::int64_t begin, std::int64_t n) {
@@ -88,7 +78,7 @@ void record_amax(float* amax, float found) { *amax = max_nan(*amax, found); }
 }  // namespace
 
 void amax(const TensorView& x, float* amax) {
-  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for(bytes_of(x)),
+  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for_bytes(bytes_of(x)),
                                       [&](std::int64_t begin, std::int64_t end) {
                                         return amax_span(slice(x, begin, end - begin));
                                       });
@@ -98,7 +88,7 @@ void amax(const TensorView& x, float* amax) {
 void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
                   float* amax) {
   const bool want_amax = amax != nullptr;
-  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for(bytes_of(x)),
+  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for_bytes(bytes_of(x)),
                                       [&](std::int64_t begin, std::int64_t end) {
                                         return quantize_span(slice(x, begin, end - begin),
                                                              q + begin, format, scale, want_amax);
@@ -108,7 +98,7 @@ void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, float 
 
 void dequantize_fp8(const std::uint8_t* q, Fp8Format format, float scale_inv,
                     const TensorView& out) {
-  parallel_pieces(out.numel, per_piece(out.dtype), threads_for(bytes_of(out)),
+  parallel_pieces(out.numel, per_piece(out.dtype), threads_for_bytes(bytes_of(out)),
                   [&](std::int64_t begin, std::int64_t end) {
                     dequantize_span(q + begin, format, scale_inv, slice(out, begin, end - begin));
                     return 0.0f;
@@ -121,7 +111,7 @@ void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std
   if (x.numel == 0) return;
   const std::int64_t blocks = x.numel / cols * ((cols + 31) / 32);
   parallel_pieces(blocks, std::max<std::int64_t>(1, per_piece(x.dtype) / 32),
-                  threads_for(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
+                  threads_for_bytes(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
                     quantize_mx_blocks(x, cols, q, scales, format, first, last);
                     return 0.0f;
                   });
@@ -132,7 +122,7 @@ void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::in
   if (out.numel == 0) return;
   const std::int64_t blocks = out.numel / cols * ((cols + 31) / 32);
   parallel_pieces(blocks, std::max<std::int64_t>(1, per_piece(out.dtype) / 32),
-                  threads_for(bytes_of(out)), [&](std::int64_t first, std::int64_t last) {
+                  threads_for_bytes(bytes_of(out)), [&](std::int64_t first, std::int64_t last) {
                     dequantize_mx_blocks(q, scales, cols, format, out, first, last);
                     return 0.0f;
                   });

@@ -15,7 +15,8 @@
 #endif
 
 #if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
-#error "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
+#error \
+    "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
 #endif
 
 namespace mixprec::core::cpu {
@@ -30,10 +31,8 @@ namespace {
 // paired runs of bench/unscale_benchmark on LibTorch 2.6's machine, e.g. 9.6 against 11.1 ms for
 // 1 x 64M fp32 and 7.0 against 8.6 ms for 4096 x 16K. Each element is computed the same way
 // whichever thread takes it and the per-thread found flags are OR-ed after the join, so results
-// do not depend on the thread count.
-constexpr std::int64_t kTaskBytes = 128 * 1024;
-// Below this much work per thread, waking threads costs more than it saves.
-constexpr std::int64_t kMinBytesPerThread = 512 * 1024;
+// do not depend on the thread count. kTaskBytes and kMinBytesPerThread are in cpu/threads.h
+// (the FP8 casts share them).
 
 std::int64_t bytes_of(const TensorView& view) {
   return view.numel * static_cast<std::int64_t>(element_size(view.dtype));
@@ -83,8 +82,7 @@ void non_finite_check_and_unscale(const TensorView* grads, std::size_t count, fl
                                   float inv_scale) {
   std::int64_t total_bytes = 0;
   for (std::size_t i = 0; i < count; ++i) total_bytes += bytes_of(grads[i]);
-  const std::int64_t threads =
-      std::min<std::int64_t>(max_threads(), total_bytes / kMinBytesPerThread);
+  const std::int64_t threads = threads_for_bytes(total_bytes);
   bool found;
 #ifdef _OPENMP
   if (threads > 1) {

@@ -64,7 +64,7 @@ __device__ std::uint32_t block_max(std::uint32_t v) {
 // abs_bits values are at most 0x7fffffff, so as signed ints they are non-negative and order as the
 // magnitudes, every NaN above +inf; a NaN candidate is recorded as 0x7fc00000, the CPU kernels'
 // NaN. atomicMax on the slot's bits as a signed int is then the NaN-propagating max of the CPU
-// kernels (max_nan in src/cpu/fp8.cpp) for every slot the kernels produce (0 or a positive float,
+// kernels (max_nan, src/core/fp8_ops.h) for every slot the kernels produce (0 or a positive float,
 // or a quiet NaN 0x7fc00000 or above): a NaN slot stays as it is, a NaN candidate beats every
 // number. A negative slot, which no kernel writes, is a negative int below every candidate: the
 // candidate wins, as in the float max, except that a -0 slot becomes +0 and a negative NaN is lost.

@@ -56,7 +56,8 @@ MIXPREC_HOST_DEVICE inline float delayed_scale(float amax, float old_scale, floa
                                                int margin) {
   if (!(amax > 0.0f) || is_nonfinite(amax)) return old_scale;
   float scale = fp8_max / amax;
-  // Divided by 2^margin, exactly, for the margins anyone uses (|margin| < 127).
+  // Divided by 2^margin, exactly, for margin in [-126, 127] (2^margin a normal float; the
+  // kernels check that range).
   scale = scale / bits_to_float(static_cast<std::uint32_t>(127 + margin) << 23);
   if (is_nonfinite(scale)) scale = bits_to_float(0x7f7fffffu);  // FLT_MAX
   return scale;
