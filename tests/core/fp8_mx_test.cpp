@@ -31,7 +31,7 @@ using ref::Typed;
 // reach this function here.
 std::uint8_t te_float_to_e8m0(float val) {
   if (val == 0.0f) return 0x00;
-  const std::uint32_t val_u32 = ref::bits_of(val);
+  const std::uint32_t val_u32 = ref::bits32(val);
   auto exponent = static_cast<std::uint8_t>(val_u32 >> 23);
   const std::uint32_t mantissa = val_u32 & 0x7fffff;
   if ((mantissa > 0 && exponent != 0xfe) && !(exponent == 0 && mantissa <= 0x400000)) ++exponent;
@@ -116,7 +116,7 @@ TEST(Fp8MxTest, ExponentRuleIsTheSmallestPowerOfTwoThatAvoidsSaturation) {
   for (Fp8Format f : ref::kFormats) {
     const double max = ref::decode(ref::max_code(f), f);
     for (int k = 0; k < 100000; ++k) {
-      const float amax = ref::float_of(static_cast<std::uint32_t>(rng()) & 0x7f7fffffu);
+      const float amax = ref::from_bits32(static_cast<std::uint32_t>(rng()) & 0x7f7fffffu);
       const float value = amax * (1.0f / static_cast<float>(max));
       const std::uint8_t e = te_float_to_e8m0(value);
       ASSERT_EQ(mx_block_exponent(amax, f), e) << amax;

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/reference.h"
 #include "cpu/fp8_simd.h"
 #include "cpu/unscale_targets.h"
 #include "mixprec/core/fp8.h"
@@ -104,17 +105,9 @@ inline std::uint8_t quantize(double v, Fp8Format f) {
   return static_cast<std::uint8_t>(sign | best);
 }
 
-/// The bits of a float, and the float of bits.
-inline std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float float_of(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+/// The bits of a float, and the float of bits (tests/core/reference.h).
+using mixprec::testing::bits32;
+using mixprec::testing::from_bits32;
 
 /// Floats that exercise a cast to `f`: every code's value and its float neighbours, every
 /// midpoint between adjacent codes (the ties) and its neighbours, +-0, +-max and beyond, +-inf,
@@ -137,16 +130,16 @@ inline std::vector<float> edge_floats(Fp8Format f) {
         c < top ? values[static_cast<std::size_t>(c) + 1] : 2 * values[top] - values[top - 1u];
     add(static_cast<float>((values[static_cast<std::size_t>(c)] + next) / 2));
   }
-  for (float x :
-       {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
-        std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
-        float_of(0x007fffffu), float_of(0x00400000u), 1e30f, 2 * static_cast<float>(values[top])}) {
+  for (float x : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                  from_bits32(0x007fffffu), from_bits32(0x00400000u), 1e30f,
+                  2 * static_cast<float>(values[top])}) {
     add(x);
   }
-  out.push_back(float_of(0x7fc00000u));
-  out.push_back(float_of(0xffc00000u));
-  out.push_back(float_of(0x7f800001u));  // signalling NaN
-  out.push_back(float_of(0xff812345u));
+  out.push_back(from_bits32(0x7fc00000u));
+  out.push_back(from_bits32(0xffc00000u));
+  out.push_back(from_bits32(0x7f800001u));  // signalling NaN
+  out.push_back(from_bits32(0xff812345u));
   return out;
 }
 
@@ -255,7 +248,7 @@ inline std::uint64_t bits_in(DType dtype, float f) {
       return u;
     }
     case DType::kFloat32:
-      return bits_of(f);
+      return bits32(f);
     case DType::kFloat16:
       return float_to_half_bits(f);
     case DType::kBFloat16:

@@ -39,7 +39,7 @@ void expect_casts_match(const std::vector<float>& values, Fp8Format f) {
     const std::uint8_t want = ref::quantize(v, f);
     if (got != want && ++misses <= 5) {
       ADD_FAILURE() << fp8_format_name(f) << ": cast of " << v << " (bits 0x" << std::hex
-                    << ref::bits_of(v) << ") gave 0x" << int{got} << ", the nearest code is 0x"
+                    << ref::bits32(v) << ") gave 0x" << int{got} << ", the nearest code is 0x"
                     << int{want};
     }
   }
@@ -74,7 +74,7 @@ TEST(Fp8CastTest, DecodesEveryCodeAsTheFormatDefines) {
         EXPECT_TRUE(std::isnan(got)) << fp8_format_name(f) << " code " << c;
         EXPECT_EQ(std::signbit(got), c >= 0x80) << fp8_format_name(f) << " code " << c;
       } else {
-        EXPECT_EQ(ref::bits_of(got), ref::bits_of(static_cast<float>(want)))
+        EXPECT_EQ(ref::bits32(got), ref::bits32(static_cast<float>(want)))
             << fp8_format_name(f) << " code " << c << ": " << got << " vs " << want;
       }
     }
@@ -101,8 +101,8 @@ TEST(Fp8CastTest, CastsTiesEdgesAndRandomFloats) {
     std::vector<float> values = ref::edge_floats(f);
     std::uniform_real_distribution<double> log2_range(-28.0, 18.0);
     for (int i = 0; i < 200000; ++i) {
-      values.push_back(ref::float_of(static_cast<std::uint32_t>(rng())));  // any bits
-      const float v = static_cast<float>(std::exp2(log2_range(rng)));      // the format's range
+      values.push_back(ref::from_bits32(static_cast<std::uint32_t>(rng())));  // any bits
+      const float v = static_cast<float>(std::exp2(log2_range(rng)));         // the format's range
       values.push_back(rng() % 2 ? v : -v);
     }
     expect_casts_match(values, f);
@@ -156,8 +156,7 @@ void expect_same_float(float got, float want, const std::string& what) {
   if (std::isnan(want)) {
     EXPECT_TRUE(std::isnan(got)) << what << ": got " << got;
   } else {
-    EXPECT_EQ(ref::bits_of(got), ref::bits_of(want))
-        << what << ": got " << got << ", want " << want;
+    EXPECT_EQ(ref::bits32(got), ref::bits32(want)) << what << ": got " << got << ", want " << want;
   }
 }
 
