@@ -16,17 +16,11 @@
 #endif
 
 #if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
-#error \
-    "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
+#error "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
 #endif
 
 namespace mixprec::core::cpu {
 namespace {
-
-// Pieces of about kTaskBytes of the wide side (x, or out when dequantizing), shared out in
-// contiguous runs (OpenMP's static schedule), as Note [Chunking across tensors] of unscale.cpp
-// explains for the unscale kernel; the same sizes (cpu/threads.h) serve here.
-
 
 // The elements [begin, begin + n) of `view`.
 TensorView slice(const TensorView& view, std::int64_t begin, std::int64_t n) {
@@ -63,7 +57,9 @@ float parallel_pieces(std::int64_t count, std::int64_t per_piece, int threads, c
   return count > 0 ? piece(0, count) : amax;
 }
 
-// Elements of x in one piece: kTaskBytes, a multiple of every SIMD width.
+// Elements of x (or out when dequantizing) in one piece: kTaskBytes, a multiple of every SIMD
+// width. The pieces go out in contiguous runs (OpenMP's static schedule), with the sizes of the
+// unscale kernel (cpu/threads.h; Note [Chunking across tensors] in unscale.cpp).
 std::int64_t per_piece(DType dtype) {
   return kTaskBytes / static_cast<std::int64_t>(element_size(dtype));
 }

@@ -15,8 +15,7 @@
 #endif
 
 #if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
-#error \
-    "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
+#error "mixprec kernels must not be built with fast math: it removes the guarantees about NaN and inf"
 #endif
 
 namespace mixprec::core::cpu {
