@@ -63,6 +63,7 @@ macro(mixprec_find_torch)
   if(TARGET torch_cuda OR "${TORCH_LIBRARIES}" MATCHES "torch_cuda|c10_cuda")
     set(MIXPREC_TORCH_IS_CUDA ON)
   endif()
+  mixprec_check_one_libtorch()
   get_property(mixprec_imported_after DIRECTORY PROPERTY IMPORTED_TARGETS)
   if(NOT PROJECT_IS_TOP_LEVEL)
     if(mixprec_imported_before)
@@ -73,3 +74,54 @@ macro(mixprec_find_torch)
     endforeach()
   endif()
 endmacro()
+
+# mixprec_check_one_libtorch(): stops the configure when LibTorch's config picked up a library of
+# another LibTorch. Its config finds c10 (and kineto) with find_library(... PATHS <its lib/>),
+# which searches the system's folders first: with CMAKE_PREFIX_PATH set to the pip wheel's
+# torch/share/cmake (torch.utils.cmake_prefix_path) on a machine that also has a system LibTorch
+# (Debian's libtorch-dev), TORCH_LIBRARIES gets /usr/lib/.../libc10.so of that other version, and
+# the programs load two c10s. A prefix that is the LibTorch folder itself (the wheel's torch/, a
+# libtorch zip's root) puts its lib/ first (docs/install.md).
+function(mixprec_check_one_libtorch)
+  if(NOT TORCH_INSTALL_PREFIX)
+    return()
+  endif()
+  get_filename_component(prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
+  foreach(item IN LISTS TORCH_LIBRARIES)
+    if(IS_ABSOLUTE "${item}" AND item MATCHES "/lib(c10|torch)[^/]*\\.so[^/]*$")
+      get_filename_component(real "${item}" REALPATH)
+      string(FIND "${real}" "${prefix}/" at)
+      if(NOT at EQUAL 0)
+        message(FATAL_ERROR
+          "mixprec: LibTorch's config (${Torch_DIR}) found ${item}, which is not its own "
+          "(${TORCH_INSTALL_PREFIX}): another LibTorch is installed in a system folder, and the "
+          "programs would load both. Set CMAKE_PREFIX_PATH to the LibTorch folder itself "
+          "(${TORCH_INSTALL_PREFIX}; for the pip wheel, the torch package's folder rather than "
+          "torch/share/cmake), or pass -Dc10_LIBRARY=${TORCH_INSTALL_PREFIX}/lib/libc10.so "
+          "(docs/install.md)")
+      endif()
+    endif()
+  endforeach()
+endfunction()
+
+# mixprec_link_torch_wheel_libraries(<target>): a CUDA LibTorch from a pip wheel finds its CUDA
+# libraries (cuDNN, NCCL, cuBLAS, ...) in the nvidia/*/lib folders beside it, through its own
+# RPATH. The linker looks for them in the program's -rpath folders first, among them the CUDA
+# toolkit's lib/ (from CUDA::cudart), whose NCCL or cuDNN may be older than the wheel's: the link
+# of every LibTorch program then fails on symbols the older library lacks (ncclCommGrow, ...). The
+# wheel's folders are given to the linker with -rpath-link, searched before -rpath, on <target>'s
+# link interface so that consumers get them too. Nothing changes at run time: LibTorch loads its
+# libraries through its own RPATH, as before. A no-op for any other LibTorch.
+function(mixprec_link_torch_wheel_libraries target)
+  if(NOT MIXPREC_TORCH_IS_CUDA OR NOT TORCH_INSTALL_PREFIX)
+    return()
+  endif()
+  get_filename_component(site_packages "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+  file(GLOB dirs LIST_DIRECTORIES true "${site_packages}/nvidia/*/lib")
+  if(NOT dirs)
+    return()
+  endif()
+  string(REPLACE ";" ":" joined "${dirs}")
+  target_link_options(${target} PUBLIC "LINKER:-rpath-link,${joined}")
+  message(STATUS "mixprec: LibTorch from a pip wheel: its CUDA libraries are linked from ${joined}")
+endfunction()

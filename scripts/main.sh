@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 BUILD_DIR=${MIXPREC_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# Only what this job runs: not the test suite (scripts/test.sh builds that).
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target seed_example_1 seed_example_2 seed_example_3 \
+  seed_example_4 raw_loss_scaler mixprec_demo
 
 # The seed page's examples, each printing the seed's lines (the seed's Python code is above each
 # file's C++ line by line), and the core-only LossScaler.

@@ -6,13 +6,18 @@
 #      CTest test; any skip that tests/expected_skips.txt does not expect here fails the stage
 #      (scripts/lib/check_skips.py prints each skip with its reason),
 #   3. the main job, as a user runs it: scripts/main.sh, checked by scripts/check_main_job.sh,
-#   4. on Debian 12 (LibTorch 1.13): LibTorch 2.6 in two Debian 13 roots (scripts/debian13_stage.sh):
-#      the CPU build (ASan + UBSan, build, tests with the differential tests against PyTorch 2.6,
-#      main job) and the CUDA build (every CUDA target built and linked, tests, main job).
+#   4. on Debian 12 (LibTorch 1.13): today's PyTorch, LibTorch 2.15 from the torch wheel on PyPI
+#      (scripts/current_torch_stage.sh): its CUDA build with nvcc 13, Gloo and NCCL, stages 2 and
+#      3 again, the `python` tests against that torch 2.15,
+#   5. on Debian 12: LibTorch 2.6 in a Debian 13 root (scripts/debian13_stage.sh cpu): ASan +
+#      UBSan, build, tests with the differential tests against PyTorch 2.6, main job.
+# The Debian 13 CUDA root (LibTorch 2.6's CUDA build with nvcc 12.4, a stand-in cuDNN) left CI
+# when the wheel's real CUDA stack came in: MIXPREC_DEBIAN13_CUDA=1 adds it (stage 6), and
+# scripts/fresh_machine_check.sh runs it.
 # Prints each stage's time. Usage: scripts/test.sh   (build folder: build/, or $MIXPREC_BUILD_DIR)
-# For a quicker local run: MIXPREC_SKIP_SANITIZERS=1 skips stage 1, MIXPREC_SKIP_DEBIAN13=1
-# stage 4. CI sets neither. MIXPREC_REQUIRE_CUDA=1 (the CUDA stage) fails the build stage unless
-# the CUDA targets were configured.
+# For a quicker local run: MIXPREC_SKIP_SANITIZERS=1 skips stage 1, MIXPREC_SKIP_CURRENT_TORCH=1
+# stage 4, MIXPREC_SKIP_DEBIAN13=1 stage 5. CI sets none. MIXPREC_REQUIRE_CUDA=1 (the CUDA
+# stages) fails the build stage unless the CUDA targets were configured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/debian_root.sh
@@ -65,9 +70,14 @@ stage "build" build
 stage "ctest" run_tests
 stage "main job (scripts/main.sh)" bash scripts/check_main_job.sh
 
+if [[ $codename == bookworm && ${MIXPREC_SKIP_CURRENT_TORCH:-0} != 1 ]]; then
+  stage "LibTorch 2.15 (the PyPI torch wheel, CUDA 13, no GPU)" bash scripts/current_torch_stage.sh
+fi
 if [[ $codename == bookworm && ${MIXPREC_SKIP_DEBIAN13:-0} != 1 ]]; then
   stage "LibTorch 2.6 (CPU) in a Debian 13 root" bash scripts/debian13_stage.sh cpu
-  stage "LibTorch 2.6 (CUDA, no GPU) in a Debian 13 root" bash scripts/debian13_stage.sh cuda
+  if [[ ${MIXPREC_DEBIAN13_CUDA:-0} == 1 ]]; then
+    stage "LibTorch 2.6 (CUDA, no GPU) in a Debian 13 root" bash scripts/debian13_stage.sh cuda
+  fi
 fi
 
 echo "== stage times ($release):"

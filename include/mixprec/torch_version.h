@@ -27,3 +27,17 @@
 #define MIXPREC_TORCH_CPU_AMP_KERNELS MIXPREC_TORCH_AT_LEAST(2, 4)
 /// LibTorch 2.6: c10d::ProcessGroup's constructor no longer takes ProcessGroup::Options.
 #define MIXPREC_TORCH_PROCESS_GROUP_WITHOUT_OPTIONS MIXPREC_TORCH_AT_LEAST(2, 6)
+
+// PyTorch's Python text and layouts, which mixprec follows for the LibTorch it is built against
+// (docs/python_to_cpp.md, "What changed in PyTorch since 2.6"; read in each release's wheel).
+
+/// PyTorch 2.7: Adam's param groups carry "decoupled_weight_decay" (AdamW, now an Adam subclass,
+/// always True), in state_dict() too.
+#define MIXPREC_TORCH_DECOUPLED_WEIGHT_DECAY MIXPREC_TORCH_AT_LEAST(2, 7)
+/// PyTorch 2.9: GradScaler.update(new_scale)'s message is one sentence; before, a backslash line
+/// continuation inside the string left a run of spaces after "FloatTensor or".
+#define MIXPREC_TORCH_UPDATE_REASON_IN_ONE_LINE MIXPREC_TORCH_AT_LEAST(2, 9)
+/// PyTorch 2.10: torch.autocast("cuda") without CUDA warns "CUDA is not available or torch_xla is
+/// imported. Disabling autocast." (before: "User provided device_type of 'cuda', but CUDA is not
+/// available. Disabling").
+#define MIXPREC_TORCH_AUTOCAST_WARNING_NAMES_XLA MIXPREC_TORCH_AT_LEAST(2, 10)

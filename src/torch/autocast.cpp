@@ -85,8 +85,13 @@ AutocastGuard::AutocastGuard(c10::DeviceType device_type, c10::optional<c10::Sca
   }
   check_supported(device_type, dtype_);
   if (enabled_ && device_type == c10::kCUDA && !torch::cuda::is_available()) {
-    // As Python's torch.autocast: warn and run the region without autocast.
+    // As Python's torch.autocast: warn and run the region without autocast, in the words of the
+    // PyTorch this LibTorch is (MIXPREC_TORCH_AUTOCAST_WARNING_NAMES_XLA).
+#if MIXPREC_TORCH_AUTOCAST_WARNING_NAMES_XLA
+    TORCH_WARN_ONCE("CUDA is not available or torch_xla is imported. Disabling autocast.");
+#else
     TORCH_WARN_ONCE("User provided device_type of 'cuda', but CUDA is not available. Disabling");
+#endif
     enabled_ = false;
   }
   prev_enabled_ = is_enabled(device_type_);

@@ -28,6 +28,7 @@
 
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
+#include "mixprec/torch_version.h"
 #include "torch/optim/adapter.h"
 #include "torch/python_pickle.h"
 
@@ -156,8 +157,10 @@ GenericDict new_dict() {
   return GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
+// Python's Adam and AdamW param groups; `decoupled` is AdamW's (Python writes the key from
+// PyTorch 2.7 on: MIXPREC_TORCH_DECOUPLED_WEIGHT_DECAY).
 template <typename Options>
-GenericDict adam_group(const Options& o) {
+GenericDict adam_group(const Options& o, bool decoupled) {
   GenericDict g = new_dict();
   g.insert("lr", o.lr());
   g.insert("betas", c10::ivalue::Tuple::create({std::get<0>(o.betas()), std::get<1>(o.betas())}));
@@ -169,6 +172,11 @@ GenericDict adam_group(const Options& o) {
   g.insert("capturable", false);
   g.insert("differentiable", false);
   g.insert("fused", IValue());
+#if MIXPREC_TORCH_DECOUPLED_WEIGHT_DECAY
+  g.insert("decoupled_weight_decay", decoupled);
+#else
+  (void)decoupled;
+#endif
   return g;
 }
 
@@ -234,6 +242,24 @@ void read_adam_options(const GenericDict& g, Options& o) {
   o.eps(number(g, "eps", o.eps()));
   o.weight_decay(number(g, "weight_decay", o.weight_decay()));
   o.amsgrad(flag(g, "amsgrad", o.amsgrad()));
+}
+
+// PyTorch >= 2.7 says in each Adam/AdamW group whether its weight decay is decoupled (AdamW's,
+// or Adam(decoupled_weight_decay=True)) or L2 (Adam's). LibTorch's Adam has only L2 and its AdamW
+// only decoupled decay: a group of the other kind with weight_decay != 0 would resume with other
+// math, so it is refused. Without the key (PyTorch < 2.7, or weight_decay 0) nothing differs.
+void check_weight_decay_kind(const GenericDict& group, bool into_adamw, std::size_t index) {
+  const IValue* v = find(group, "decoupled_weight_decay");
+  if (v == nullptr || v->isNone() || number(group, "weight_decay", 0.0) == 0.0) return;
+  const bool decoupled = flag(group, "decoupled_weight_decay", false);
+  TORCH_CHECK(decoupled == into_adamw, kLoadOptimizer, ": param group ", index,
+              decoupled ? " has decoupled_weight_decay=True (AdamW's weight decay, as "
+                          "Adam(decoupled_weight_decay=True) or AdamW saves it), which "
+                          "torch::optim::Adam does not have: load it into torch::optim::AdamW "
+                          "or mixprec::optim::AdamW"
+                        : " has decoupled_weight_decay=False (Adam's L2 weight decay), which "
+                          "torch::optim::AdamW does not have: load it into torch::optim::Adam "
+                          "or mixprec::optim::Adam");
 }
 
 void read_sgd_options(const GenericDict& g, SGDOptions& o) {
@@ -316,6 +342,7 @@ Commit plan_optimizer_load(torch::optim::Optimizer& optimizer, const GenericDict
                 "optimizer's group");
     TORCH_CHECK(!flag(group, "maximize", false), kLoadOptimizer, ": param group ", i,
                 " has maximize=True, which LibTorch's optimizers do not have");
+    if (kind != OptimKind::kSGD) check_weight_decay_kind(group, kind == OptimKind::kAdamW, i);
     options.push_back(live[i].options().clone());
     bool amsgrad = false;
     if (kind == OptimKind::kSGD) {
@@ -449,8 +476,9 @@ c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optim
     const auto& options = group.options();
     GenericDict g =
         kind == OptimKind::kSGD    ? sgd_group(static_cast<const SGDOptions&>(options))
-        : kind == OptimKind::kAdam ? adam_group(static_cast<const AdamOptions&>(options))
-                                   : adam_group(static_cast<const AdamWOptions&>(options));
+        : kind == OptimKind::kAdam
+            ? adam_group(static_cast<const AdamOptions&>(options), /*decoupled=*/false)
+            : adam_group(static_cast<const AdamWOptions&>(options), /*decoupled=*/true);
     const bool amsgrad = kind == OptimKind::kAdam
                              ? static_cast<const AdamOptions&>(options).amsgrad()
                              : kind == OptimKind::kAdamW &&

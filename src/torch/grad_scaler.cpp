@@ -15,6 +15,7 @@
 #include "mixprec/core/error.h"
 #include "mixprec/core/loss_scaler.h"
 #include "mixprec/functional.h"
+#include "mixprec/torch_version.h"
 #include "torch/views.h"
 
 namespace mixprec {
@@ -389,9 +390,15 @@ void GradScaler::update(double new_scale) {
 void GradScaler::update(const at::Tensor& new_scale) {
   if (!options_.enabled()) return;
   check_scale_growth_tracker("update");
+  // Python's text, of the PyTorch this LibTorch is (MIXPREC_TORCH_UPDATE_REASON_IN_ONE_LINE).
   constexpr const char* kReason =
+#if MIXPREC_TORCH_UPDATE_REASON_IN_ONE_LINE
+      "new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
+      "torch.FloatTensor with requires_grad=False.";
+#else
       "new_scale should be a float or a 1-element torch.cuda.FloatTensor or                     "
       "torch.FloatTensor with requires_grad=False.";
+#endif
   TORCH_CHECK(new_scale.defined() && new_scale.device().type() == scale_.device().type(), kReason,
               " (it must be on the scale's device type, ", scale_.device().type(), ")");
   TORCH_CHECK(new_scale.numel() == 1, kReason, " (got ", new_scale.numel(), " elements)");

@@ -155,11 +155,21 @@ std::string hex_list(const torch::Tensor& t) {
 // Collectives issued on `group` so far (c10d's per-group sequence number; set up by the caller).
 uint64_t collectives(const ProcessGroupPtr& group) { return group->getSequenceNumberForGroup(); }
 
+// Starts the group's sequence number, where c10d asks for that: its ProcessGroup had
+// setSequenceNumberForGroup() up to LibTorch 2.13 and lost it in 2.14, where the numbers start at
+// 0 on every rank by themselves (the backend's call is kept as a no-op that warns).
+template <typename Group>
+auto start_sequence_numbers(Group& group, int) -> decltype(group.setSequenceNumberForGroup()) {
+  group.setSequenceNumberForGroup();
+}
+template <typename Group>
+void start_sequence_numbers(Group&, long) {}
+
 // Per step: "local <step> <hex>..." (this rank's amaxes), "amax <step> <hex>..." (after the
 // reduction) and "collectives <step> <n>...": how many collectives each group saw during it (one
 // per group; "empty": none for an empty tensor).
 std::string run_fp8_reduction(const Args& a, const std::vector<ProcessGroupPtr>& groups) {
-  for (const auto& g : groups) g->setSequenceNumberForGroup();
+  for (const auto& g : groups) start_sequence_numbers(*g, 0);
   std::function<void(at::Tensor&)> reduce = [](at::Tensor&) {};
   if (a.reducer != "none") reduce = mixprec::distributed::fp8_amax_reduction(groups);
   std::string out;

@@ -1,9 +1,10 @@
 # Compiles `#include <mixprec/distributed.h>` without MIXPREC_HAS_DISTRIBUTED (what a program gets
 # from a mixprec built without its distributed code): the compile must fail with the header's
-# message. Usage: cmake -DCXX=... -DINCLUDE=... -DWORK_DIR=... -P distributed_header_refuses.cmake
+# message, in the C++ standard that mixprec::mixprec gives its consumers (STD: 17, or 20 with
+# LibTorch >= 2.13). Usage: cmake -DCXX=... -DSTD=... -DINCLUDE=... -DWORK_DIR=... -P this file
 file(MAKE_DIRECTORY ${WORK_DIR})
 file(WRITE ${WORK_DIR}/uses_distributed.cpp "#include <mixprec/distributed.h>\nint main() {}\n")
-execute_process(COMMAND ${CXX} -std=c++17 -fsyntax-only -I${INCLUDE}
+execute_process(COMMAND ${CXX} -std=c++${STD} -fsyntax-only -I${INCLUDE}
                         ${WORK_DIR}/uses_distributed.cpp
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)

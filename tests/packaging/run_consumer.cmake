@@ -20,7 +20,8 @@ if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} --install ${MIXPREC_BINARY_DIR} --prefix ${prefix})
   run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR}
       -DCMAKE_PREFIX_PATH=${prefix} -DCONSUMER_MODE=find_package -DWITH_TORCH=${WITH_TORCH}
-      -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED})
+      -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED}
+      -DTORCH_VERSION=${TORCH_VERSION})
 else()
   # fetchcontent: an archive of mixprec's sources, as a release would be, and no build type, which
   # mixprec must not set in its parent; add_subdirectory_after_torch: Release.
@@ -40,7 +41,8 @@ else()
   endif()
   run(${CMAKE_COMMAND} -S ${consumer_src} -B ${build} -G ${GENERATOR} ${build_type} ${archive}
       -DCONSUMER_MODE=${MODE} -DMIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR} -DWITH_TORCH=${WITH_TORCH}
-      -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED})
+      -DWITH_CUDA=${WITH_CUDA} -DWITH_DISTRIBUTED=${WITH_DISTRIBUTED}
+      -DTORCH_VERSION=${TORCH_VERSION})
 endif()
 run(${CMAKE_COMMAND} --build ${build})
 run(${build}/consumer_core)

@@ -21,7 +21,8 @@ torch.amp.GradScaler("cpu") and overflows injected on INF_STEPS (one before, one
   P->C C++ loads Python's file with load_checkpoint into a zeroed model, an optimizer with
        another lr and a default scaler, and trains [SWITCH, STEPS);
   C->C C++ resumes from its own file the same way.
-Each must end with the reference's parameters and buffers (within RTOL/ATOL: C++ and Python
+An Adam(decoupled_weight_decay=True) checkpoint (PyTorch >= 2.7: AdamW's decay) must be refused
+by C++'s Adam, which has only L2 decay. Each resumed run must end with the reference's parameters and buffers (within RTOL/ATOL: C++ and Python
 optimizers round differently, as in differential_cpu.py) and exactly its scale and growth
 tracker. Control: resuming without the optimizer's state must miss the reference by more than
 100 times the tolerance, so the comparison can see a lost state.
@@ -132,6 +133,10 @@ def check_cpp_file(path, ref_at_switch):
             same = same and list(ckpt[key]) == list(ref_at_switch[key])  # the order too
         if key == "scaler":
             same = same and ckpt[key] == ref_at_switch[key]
+        if key == "optimizer":  # Adam's False, AdamW's True (PyTorch >= 2.7 writes the key)
+            same = same and all(
+                g.get("decoupled_weight_decay") == r.get("decoupled_weight_decay")
+                for g, r in zip(ckpt[key]["param_groups"], ref_at_switch[key]["param_groups"]))
         print(f"  {'ok  ' if same else 'FAIL'} C++ file's \"{key}\" has Python's layout")
         if not same:
             print(f"    C++:    {layout(ckpt[key])}\n    Python: {layout(ref_at_switch[key])}")
@@ -205,6 +210,28 @@ def run_optimizer(exe, folder, name, init, x, y):
     return ok and meaningful
 
 
+def run_decoupled_adam(exe, folder, init, x, y):
+    """A Python Adam(decoupled_weight_decay=True) checkpoint (PyTorch >= 2.7) has AdamW's weight
+    decay: C++ must refuse to resume it into an Adam, saying so, not train on with L2 decay."""
+    print("optimizer adam(decoupled_weight_decay=True, weight_decay=0.01):")
+    if "decoupled_weight_decay" not in torch.optim.Adam([torch.zeros(1)]).defaults:
+        print(f"  ok   torch {torch.__version__}'s Adam has no decoupled_weight_decay: no such file")
+        return True
+    model, scaler = make_model(init), new_scaler(init_scale=INIT_SCALE)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=0.01,
+                           decoupled_weight_decay=True, foreach=False)
+    train(model, opt, scaler, x, y, 0, SWITCH)
+    path = os.path.join(folder, "py_adam_decoupled.pt")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scaler": scaler.state_dict()}, path)
+    proc = subprocess.run([exe, "resume", folder, "adam", path], capture_output=True, text=True,
+                          timeout=120)
+    refused = proc.returncode == 2 and "decoupled_weight_decay=True" in proc.stderr
+    print(f"  {'ok  ' if refused else 'FAIL'} C++ refuses to resume it into an Adam "
+          f"(exit {proc.returncode}): {proc.stderr.strip()}")
+    return refused
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exe", required=True, help="path of mixprec_checkpoint_interop")
@@ -216,7 +243,8 @@ def main():
     print(f"checkpoint_interop.py: torch {torch.__version__}, folder {folder}")
     try:
         init, x, y = write_inputs(folder)
-        ok = all([run_optimizer(args.exe, folder, name, init, x, y) for name in OPTIMIZERS])
+        ok = all([run_optimizer(args.exe, folder, name, init, x, y) for name in OPTIMIZERS] +
+                 [run_decoupled_adam(args.exe, folder, init, x, y)])
     except Exception as e:  # the C++ side failed, or a file did not load
         import traceback
         traceback.print_exc()

@@ -5,6 +5,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <mixprec/mixprec.h>
+#include <mixprec/torch_version.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -164,10 +165,13 @@ TEST(CheckpointTest, ARoundTripResumesBitForBit) {
 }
 
 TEST(CheckpointTest, OptimizerStateDictsHavePythonsKeys) {
-  // PyTorch 2.6's optimizer.state_dict() keys (torch/optim/adam.py and sgd.py).
-  const std::vector<std::string> adam = {"lr", "betas", "eps", "weight_decay", "amsgrad",
-                                         "maximize", "foreach", "capturable", "differentiable",
-                                         "fused", "params"};
+  // The optimizer.state_dict() keys of the PyTorch this LibTorch is (torch/optim/adam.py and
+  // sgd.py): Adam's and AdamW's groups gained "decoupled_weight_decay" in 2.7.
+  std::vector<std::string> adam = {"lr", "betas", "eps", "weight_decay", "amsgrad",
+                                   "maximize", "foreach", "capturable", "differentiable",
+                                   "fused"};
+  if (MIXPREC_TORCH_AT_LEAST(2, 7)) adam.push_back("decoupled_weight_decay");
+  adam.push_back("params");
   const std::vector<std::string> sgd = {"lr", "momentum", "dampening", "weight_decay", "nesterov",
                                         "maximize", "foreach", "differentiable", "fused", "params"};
   auto keys = [](const c10::impl::GenericDict& sd) {
@@ -180,8 +184,18 @@ TEST(CheckpointTest, OptimizerStateDictsHavePythonsKeys) {
   torch::nn::Sequential model = small_model();
   mixprec::optim::Adam adam_opt(model->parameters());
   torch::optim::SGD sgd_opt(model->parameters(), 0.1);
+  mixprec::optim::AdamW adamw_opt(model->parameters());
   EXPECT_EQ(keys(mixprec::optimizer_state_dict(adam_opt)), adam);
+  EXPECT_EQ(keys(mixprec::optimizer_state_dict(adamw_opt)), adam);
   EXPECT_EQ(keys(mixprec::optimizer_state_dict(sgd_opt)), sgd);
+  if (MIXPREC_TORCH_AT_LEAST(2, 7)) {  // Adam's False, AdamW's True, as Python writes them
+    auto decoupled = [](const torch::optim::Optimizer& o) {
+      return mixprec::optimizer_state_dict(o).at("param_groups").toListRef()[0]
+          .toGenericDict().at("decoupled_weight_decay").toBool();
+    };
+    EXPECT_FALSE(decoupled(adam_opt));
+    EXPECT_TRUE(decoupled(adamw_opt));
+  }
   const auto group = mixprec::optimizer_state_dict(adam_opt).at("param_groups").toListRef()[0];
   EXPECT_TRUE(group.toGenericDict().at("betas").isTuple());
   EXPECT_EQ(group.toGenericDict().at("params").toListRef().size(), 5u);
@@ -256,6 +270,42 @@ TEST(CheckpointTest, ABadCheckpointIsRefusedAndChangesNothing) {
   EXPECT_THROW_WITH(mixprec::load_checkpoint(temp_path("missing.pt"), *other, other_opt, other_scaler),
                     "mixprec::load_checkpoint: cannot open");
   std::remove(path.c_str());
+}
+
+// PyTorch >= 2.7 says in Adam's and AdamW's groups whether their weight decay is decoupled:
+// Adam(decoupled_weight_decay=True) is AdamW's math, which LibTorch's Adam does not have. Such a
+// group is refused where it would resume as the other decay, whatever LibTorch reads it (the
+// files come from Python), and loads where the math is the same.
+TEST(CheckpointTest, DecoupledWeightDecayLoadsOnlyWhereItsMathIs) {
+  torch::nn::Sequential model = small_model();
+  auto with = [](const torch::optim::Optimizer& from, c10::IValue decoupled, double weight_decay) {
+    auto sd = mixprec::optimizer_state_dict(from);
+    auto group = sd.at("param_groups").toListRef()[0].toGenericDict();
+    group.insert_or_assign("decoupled_weight_decay", decoupled);
+    group.insert_or_assign("weight_decay", weight_decay);
+    return sd;
+  };
+  mixprec::optim::Adam adam(model->parameters());
+  mixprec::optim::AdamW adamw(model->parameters());
+  torch::optim::Adam torch_adam(model->parameters());
+  torch::optim::AdamW torch_adamw(model->parameters());
+  const char* to_adamw = "param group 0 has decoupled_weight_decay=True (AdamW's weight decay";
+  const char* to_adam = "param group 0 has decoupled_weight_decay=False (Adam's L2 weight decay)";
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(adam, with(adam, true, 0.01)), to_adamw);
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(torch_adam, with(adam, true, 0.01)),
+                    to_adamw);
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(adamw, with(adamw, false, 0.01)), to_adam);
+  EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(torch_adamw, with(adamw, false, 0.01)),
+                    to_adam);
+  EXPECT_EQ(static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options())
+                .weight_decay(), 0.0);  // refused: nothing changed
+  // The same math: the decay it names, no decay at all, or no value (as no key: PyTorch < 2.7).
+  EXPECT_NO_THROW(mixprec::load_optimizer_state_dict(adam, with(adam, false, 0.01)));
+  EXPECT_NO_THROW(mixprec::load_optimizer_state_dict(adamw, with(adamw, true, 0.01)));
+  EXPECT_NO_THROW(mixprec::load_optimizer_state_dict(adam, with(adam, true, 0.0)));
+  EXPECT_NO_THROW(mixprec::load_optimizer_state_dict(adam, with(adam, c10::IValue(), 0.01)));
+  EXPECT_EQ(static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options())
+                .weight_decay(), 0.01);
 }
 
 TEST(CheckpointTest, PythonOnlyKeysAreIgnoredAndNumbersMayBeIntsOrTensors) {

@@ -21,6 +21,7 @@
 #include "mixprec/mixprec.h"
 #include "torch/views.h"  // detail::torch_cuda_built(): which CUDA row applies to this build
 #include "mixprec/torch_version.h"
+#include "torch/warning_capture.h"
 #ifdef MIXPREC_HAS_DISTRIBUTED
 #include "mixprec/distributed.h"
 #endif
@@ -140,6 +141,15 @@ struct Model {
   }
 };
 
+// For a row of one PyTorch version's text: "" where the LibTorch built against is at least
+// MAJOR.MINOR (from_version) or older than it (before_version), else why the row does not apply.
+std::string from_version(int major, int minor, const char* why_not) {
+  return MIXPREC_TORCH_AT_LEAST(major, minor) ? std::string() : std::string(why_not);
+}
+std::string before_version(int major, int minor, const char* why_not) {
+  return MIXPREC_TORCH_AT_LEAST(major, minor) ? std::string(why_not) : std::string();
+}
+
 torch::Tensor on_meta(std::int64_t n, torch::Dtype dtype = torch::kFloat) {
   return torch::zeros(n < 0 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{n},
                       torch::TensorOptions().dtype(dtype).device(torch::kMeta));
@@ -198,23 +208,8 @@ Action load_with(const char* key, c10::IValue value, bool erase = false) {
   });
 }
 
-// Captures c10 warnings. LibTorch 2.0 made c10::Warning a class (1.13: a namespace) and moved the
-// handler functions to c10::WarningUtils.
-#if MIXPREC_TORCH_2
-namespace warning_utils = c10::WarningUtils;
-#else
-namespace warning_utils = c10::Warning;
-#endif
-struct WarningCapture : c10::WarningHandler {
-#if MIXPREC_TORCH_2
-  void process(const c10::Warning& w) override { text += w.msg(); }
-#else
-  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
-    text += msg;
-  }
-#endif
-  std::string text;
-};
+using test::WarningCapture;
+namespace warning_utils = test::warning_utils;
 
 #ifdef MIXPREC_HAS_DISTRIBUTED
 // A process group whose collectives fail, as a Gloo or NCCL group's do when a peer died.
@@ -234,6 +229,30 @@ Action on_model(std::function<void(Model&)> f, GradScalerOptions o = {}, bool sc
     Model m(o, scaled);
     f(m);
   });
+}
+// update(tensor) with two elements.
+Action new_scale_message() {
+  return on_model([](Model& m) {
+    m.scaler.step(m.opt);
+    m.scaler.update(torch::ones({2}));
+  });
+}
+// The warning of AutocastGuard(torch::kCUDA) without a CUDA device.
+Action autocast_cuda_warning() {
+  return [] {
+    WarningCapture capture;
+    const warning_utils::WarningHandlerGuard handler(&capture);
+    const warning_utils::WarnAlways every_time;  // the guard warns once per process
+    AutocastGuard guard(torch::kCUDA);
+    EXPECT_FALSE(guard.enabled());
+    return capture.text;
+  };
+}
+// "" without a CUDA device; with one, checks what happens instead and says so.
+std::string cuda_autocast_is_on() {
+  if (!torch::cuda::is_available()) return std::string();
+  EXPECT_TRUE(AutocastGuard(torch::kCUDA).enabled());
+  return "a CUDA device is present: CUDA autocast is on";
 }
 Action unscale_args(std::vector<torch::Tensor> grads, torch::Tensor found, torch::Tensor inv) {
   return thrown([=]() mutable { non_finite_check_and_unscale_(grads, found, inv); });
@@ -361,10 +380,15 @@ std::vector<Trigger> triggers() {
          m.w.mutable_grad() = ones({3}, torch::kHalf);
          m.scaler.step(m.opt);
        })}},
-      {"NewScaleTensor", "`new_scale should be a float", {on_model([](Model& m) {
-         m.scaler.step(m.opt);
-         m.scaler.update(ones({2}));
-       })}},
+      // Python's text changed in PyTorch 2.9 (MIXPREC_TORCH_UPDATE_REASON_IN_ONE_LINE): a row each.
+      {"NewScaleTensor",
+       "`new_scale should be a float or a 1-element torch.cuda.FloatTensor or torch",
+       {new_scale_message()},
+       [] { return from_version(2, 9, "PyTorch < 2.9: the row with a run of spaces applies"); }},
+      {"NewScaleTensorBefore29",
+       "`new_scale should be a float or a 1-element torch.cuda.FloatTensor or ...",
+       {new_scale_message()},
+       [] { return before_version(2, 9, "PyTorch >= 2.9: the one-sentence row applies"); }},
       {"EmptyStateDict", "`The source state dict is empty", {thrown([] {
          GradScaler().load_state_dict(
              c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()));
@@ -429,20 +453,22 @@ std::vector<Trigger> triggers() {
       {"AutocastDevice", "`AutocastGuard: device_type must be CPU or CUDA", {thrown([] {
          AutocastGuard guard(torch::kMeta);
        })}},
+      // Python's text changed in PyTorch 2.10 (MIXPREC_TORCH_AUTOCAST_WARNING_NAMES_XLA).
       {"AutocastCudaWithoutDevice",
-       "warning `User provided device_type of 'cuda'",
-       {[] {
-         WarningCapture capture;
-         const warning_utils::WarningHandlerGuard handler(&capture);
-         const warning_utils::WarnAlways every_time;  // the guard warns once per process
-         AutocastGuard guard(torch::kCUDA);
-         EXPECT_FALSE(guard.enabled());
-         return capture.text;
-       }},
+       "warning `CUDA is not available or torch_xla",
+       {autocast_cuda_warning()},
        [] {
-         if (!torch::cuda::is_available()) return std::string();
-         EXPECT_TRUE(AutocastGuard(torch::kCUDA).enabled());  // what it does instead
-         return std::string("a CUDA device is present: CUDA autocast is on");
+         const std::string why = cuda_autocast_is_on();
+         return why.empty() ? from_version(2, 10, "PyTorch < 2.10: the older warning's row applies")
+                            : why;
+       }},
+      {"AutocastCudaWithoutDeviceBefore210",
+       "warning `User provided device_type of 'cuda'",
+       {autocast_cuda_warning()},
+       [] {
+         const std::string why = cuda_autocast_is_on();
+         return why.empty() ? before_version(2, 10, "PyTorch >= 2.10: the newer warning's row applies")
+                            : why;
        }},
       {"LossScalerUpdate", "`LossScaler: No inf checks", {thrown([] {
          core::LossScaler().update();

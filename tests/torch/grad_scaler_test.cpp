@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "mixprec/mixprec.h"
+#include "mixprec/torch_version.h"
 #include "torch/test_util.h"
 
 namespace mixprec {
@@ -202,8 +203,12 @@ TEST(GradScalerTest, UpdateWithNewScaleValueOrTensor) {
   s.update(t);
   t.fill_(7.0);  // the scaler copied the value
   EXPECT_EQ(s.get_scale(), 5.0);
+  // Python's text, of the PyTorch this LibTorch is (torch/amp/grad_scaler.py in each wheel): one
+  // sentence from 2.9; up to 2.8 a backslash continuation inside the string left the next line's
+  // indentation in it, 21 spaces after "or". python.messages holds this against PyTorch itself.
   const std::string msg =
-      "new_scale should be a float or a 1-element torch.cuda.FloatTensor or                     "
+      std::string("new_scale should be a float or a 1-element torch.cuda.FloatTensor or") +
+      (MIXPREC_TORCH_AT_LEAST(2, 9) ? " " : std::string(21, ' ')) +
       "torch.FloatTensor with requires_grad=False.";
   EXPECT_THROW_WITH(s.update(torch::ones({2})), msg);
   EXPECT_THROW_WITH(s.update(torch::ones({1}, torch::requires_grad())), msg);

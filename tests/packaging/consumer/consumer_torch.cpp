@@ -4,6 +4,10 @@
 
 #include <iostream>
 
+// The standard mixprec::mixprec gave this target, which asks for none (consumer/CMakeLists.txt).
+static_assert(__cplusplus >= (MIXPREC_CONSUMER_CXX == 20 ? 202002L : 201703L),
+              "mixprec::mixprec did not give its consumer LibTorch's C++ standard");
+
 int main() {
   mixprec::GradScaler scaler(mixprec::GradScalerOptions().init_scale(8.0));
   const torch::Tensor scaled = scaler.scale(torch::ones({2}));

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The test suite's current-PyTorch stage, run by scripts/test.sh on Debian 12: mixprec against
+# LibTorch 2.15.0 as most LibTorch users get it today, the `torch` wheel from PyPI (its
+# torch/share/cmake), installed with the packages of scripts/lib/current_torch.txt into a
+# virtual environment that this script makes (and keeps: $MIXPREC_TORCH_VENV, default
+# /var/cache/mixprec/torch-current-venv, remade when that file changes).
+#
+# The build is the wheel's CUDA build: nvcc 13 (the CUDA toolkit of /usr/local/cuda, or $CUDACXX,
+# or nvcc on PATH) compiles mixprec's kernels, and MIXPREC_WITH_CUDA must come out ON
+# (MIXPREC_REQUIRE_CUDA=1); LibTorch's cuDNN, NCCL and CUDA libraries are the wheel's real
+# nvidia-* packages, found through its RPATH. Distributed is built with Gloo (Debian's
+# libgloo-dev headers; the wheel ships none) and NCCL. Then scripts/test.sh's build, CTest and
+# main-job stages run in build folder build-torch-current/ (the sanitizers are Debian 12's and
+# Debian 13's stages'), with the venv's python3 first on PATH, so the `python` tests compare with
+# that same torch 2.15: the differential against torch.amp.GradScaler("cpu") and PyTorch's
+# kernels, the checkpoint and C ABI interop, the messages and the FP8 references.
+#
+# The wheel's CMake config needs two things that docs/install.md tells users too: CMAKE_PREFIX_PATH
+# is the torch package's folder (not torch/share/cmake: its config would find Debian's libc10.so
+# first), and TORCH_CUDA_ARCH_LIST is set (without a GPU to detect it picks sm_50 among its
+# "common architectures", which nvcc 13 no longer compiles).
+# Usage: scripts/current_torch_stage.sh   (needs network access to PyPI the first time)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQUIREMENTS=scripts/lib/current_torch.txt
+VENV=${MIXPREC_TORCH_VENV:-/var/cache/mixprec/torch-current-venv}
+PYTHON=/usr/bin/python3  # Debian's (torch 2.15 needs Python >= 3.11: Debian 12 has 3.11)
+[[ -x $PYTHON ]] || PYTHON=$(command -v python3)
+
+NVCC=${CUDACXX:-$(command -v nvcc || true)}
+[[ -n $NVCC ]] || NVCC=/usr/local/cuda/bin/nvcc
+if [[ ! -x $NVCC ]]; then
+  echo "current_torch_stage.sh: no nvcc (not \$CUDACXX, not on PATH, not /usr/local/cuda/bin):" \
+    "this stage builds mixprec's CUDA kernels against the torch wheel's CUDA LibTorch and needs" \
+    "a CUDA toolkit >= 12.6 (LibTorch >= 2.13's requirement)" >&2
+  exit 2
+fi
+
+t0=$(date +%s)
+mkdir -p "$(dirname "$VENV")"
+exec 8>"$VENV.lock"
+flock 8
+if ! cmp -s "$REQUIREMENTS" "$VENV/mixprec-requirements.txt"; then
+  echo "== making $VENV (scripts/lib/current_torch.txt)"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQUIREMENTS"
+  cp "$REQUIREMENTS" "$VENV/mixprec-requirements.txt"
+fi
+TORCH_ROOT=$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+echo "== $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')" \
+  "in $VENV ($(($(date +%s) - t0)) s); nvcc: $NVCC ($("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
+
+export PATH="$VENV/bin:$(dirname "$NVCC"):$PATH"
+export CMAKE_PREFIX_PATH=$TORCH_ROOT
+export CUDACXX=$NVCC
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-7.5;8.0;9.0}
+export MIXPREC_BUILD_DIR=${MIXPREC_CURRENT_TORCH_BUILD_DIR:-build-torch-current}
+MIXPREC_SKIP_SANITIZERS=1 MIXPREC_SKIP_DEBIAN13=1 MIXPREC_SKIP_CURRENT_TORCH=1 \
+  MIXPREC_REQUIRE_CUDA=1 bash scripts/test.sh
