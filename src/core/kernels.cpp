@@ -409,8 +409,9 @@ void delayed_scaling_update_(const DelayedTensor* tensors, std::size_t count,
   MIXPREC_CHECK(rule.algo == AmaxAlgo::kMax || rule.algo == AmaxAlgo::kMostRecent, kWho,
                 ": unsupported AmaxAlgo ", static_cast<int>(rule.algo));
   // delayed_scale() divides by 2^margin as a normal float power of two.
-  MIXPREC_CHECK(rule.margin >= -126 && rule.margin <= 127, kWho,
-                ": DelayedScaling::margin must be in [-126, 127], got ", rule.margin);
+  MIXPREC_CHECK(rule.margin >= kMinMargin && rule.margin <= kMaxMargin, kWho,
+                ": DelayedScaling::margin must be in [", kMinMargin, ", ", kMaxMargin, "], got ",
+                rule.margin);
   for (std::size_t i = 0; i < count; ++i) {
     const DelayedTensor& t = tensors[i];
     MIXPREC_CHECK(t.amax_history != nullptr && t.scale != nullptr && t.scale_inv != nullptr, kWho,

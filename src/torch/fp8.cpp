@@ -250,10 +250,11 @@ RecipeOptions validated(RecipeOptions options) {
   constexpr const char* kWho = "fp8::Recipe";
   TORCH_CHECK(options.amax_history_len() >= 1, kWho, ": amax_history_len must be >= 1, got ",
               options.amax_history_len());
-  // delayed_scale divides by 2^margin, a normal float32 (mixprec/core/fp8.h); the core's range.
-  TORCH_CHECK(options.margin() >= -126 && options.margin() <= 127, kWho,
-              ": margin must be in [-126, 127] (the scale is divided by 2^margin), got ",
-              options.margin());
+  // The core's range (delayed_scale divides by 2^margin, a normal float32), checked here at
+  // construction rather than at the first update.
+  TORCH_CHECK(options.margin() >= core::kMinMargin && options.margin() <= core::kMaxMargin, kWho,
+              ": margin must be in [", core::kMinMargin, ", ", core::kMaxMargin,
+              "] (the scale is divided by 2^margin), got ", options.margin());
   TORCH_CHECK(std::isfinite(options.eps()) && static_cast<float>(options.eps()) > 0.0f, kWho,
               ": eps must be finite and > 0 in float32 (amaxes below it count as it), got ",
               options.eps());

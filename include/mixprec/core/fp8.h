@@ -34,11 +34,15 @@ enum class AmaxAlgo : std::uint8_t {
   kMostRecent,  ///< this iteration's amax (TE "most_recent")
 };
 
+/// The margins delayed_scale() takes: 2^margin must be a normal float32.
+inline constexpr int kMinMargin = -126;
+inline constexpr int kMaxMargin = 127;
+
 /// Settings of the delayed rule (TE DelayedScaling; the defaults are TE's).
 struct DelayedScaling {
   std::int64_t history_len = 1024;  ///< amaxes kept per tensor, this iteration's included
   AmaxAlgo algo = AmaxAlgo::kMax;   ///< how the history is reduced
-  int margin = 0;                   ///< the scale is divided by 2^margin
+  int margin = 0;  ///< the scale is divided by 2^margin, in [kMinMargin, kMaxMargin]
 };
 
 /// Settings of the current rule (torchao "tensorwise", TE Float8CurrentScaling).
@@ -56,8 +60,7 @@ MIXPREC_HOST_DEVICE inline float delayed_scale(float amax, float old_scale, floa
                                                int margin) {
   if (!(amax > 0.0f) || is_nonfinite(amax)) return old_scale;
   float scale = fp8_max / amax;
-  // Divided by 2^margin, exactly, for margin in [-126, 127] (2^margin a normal float; the
-  // kernels check that range).
+  // Divided by 2^margin, exactly, for margin in [kMinMargin, kMaxMargin] (the kernels check it).
   scale = scale / bits_to_float(static_cast<std::uint32_t>(127 + margin) << 23);
   if (is_nonfinite(scale)) scale = bits_to_float(0x7f7fffffu);  // FLT_MAX
   return scale;
