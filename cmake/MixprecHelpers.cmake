@@ -104,15 +104,21 @@ function(mixprec_check_one_libtorch)
   endforeach()
 endfunction()
 
-# mixprec_link_torch_wheel_libraries(<target>): a CUDA LibTorch from a pip wheel finds its CUDA
-# libraries (cuDNN, NCCL, cuBLAS, ...) in the nvidia/*/lib folders beside it, through its own
-# RPATH. The linker looks for them in the program's -rpath folders first, among them the CUDA
-# toolkit's lib/ (from CUDA::cudart), whose NCCL or cuDNN may be older than the wheel's: the link
-# of every LibTorch program then fails on symbols the older library lacks (ncclCommGrow, ...). The
-# wheel's folders are given to the linker with -rpath-link, searched before -rpath, on <target>'s
-# link interface so that consumers get them too. Nothing changes at run time: LibTorch loads its
-# libraries through its own RPATH, as before. A no-op for any other LibTorch.
-function(mixprec_link_torch_wheel_libraries target)
+# mixprec_use_torch_wheel_nvidia(<target>): a CUDA LibTorch from a pip wheel comes with its CUDA
+# libraries (cuDNN, NCCL, cuBLAS, ...) as nvidia-* wheels, in the nvidia/*/lib folders beside it,
+# and finds them at run time through its own RPATH. Two things need them at build time too, on
+# <target> and (PUBLIC) its consumers; a no-op for any other LibTorch:
+# - the link: the linker looks for LibTorch's libraries in the program's -rpath folders first,
+#   among them the CUDA toolkit's lib/ (from CUDA::cudart), whose NCCL or cuDNN may be older than
+#   the wheel's, and the link of every LibTorch program then fails on symbols the older library
+#   lacks (ncclCommGrow, ... with CUDA 13.0's NCCL 2.28 and the 2.15 wheel's 2.30). The wheel's
+#   folders go to the linker with -rpath-link, searched before -rpath.
+# - NCCL's header: c10d's ProcessGroupNCCL::Options holds an ncclConfig_t by value, whose size
+#   changes between NCCL releases (2.28's is 16 bytes smaller than 2.30's). A program that makes
+#   Options (examples/ddp_train.cpp) must see the nccl.h of the NCCL that LibTorch was built and
+#   runs with, not the toolkit's: the wheel's nvidia/nccl/include comes first (-I, searched before
+#   the toolkit's -isystem folder).
+function(mixprec_use_torch_wheel_nvidia target)
   if(NOT MIXPREC_TORCH_IS_CUDA OR NOT TORCH_INSTALL_PREFIX)
     return()
   endif()
@@ -123,5 +129,13 @@ function(mixprec_link_torch_wheel_libraries target)
   endif()
   string(REPLACE ";" ":" joined "${dirs}")
   target_link_options(${target} PUBLIC "LINKER:-rpath-link,${joined}")
-  message(STATUS "mixprec: LibTorch from a pip wheel: its CUDA libraries are linked from ${joined}")
+  if(EXISTS "${site_packages}/nvidia/nccl/include/nccl.h")
+    target_include_directories(${target} BEFORE PUBLIC "${site_packages}/nvidia/nccl/include")
+  endif()
+  get_property(reported GLOBAL PROPERTY MIXPREC_WHEEL_NVIDIA_REPORTED)
+  if(NOT reported)
+    set_property(GLOBAL PROPERTY MIXPREC_WHEEL_NVIDIA_REPORTED ON)
+    message(STATUS "mixprec: LibTorch from a pip wheel: its CUDA libraries are linked from "
+                   "${site_packages}/nvidia/*/lib, NCCL's header is its nvidia/nccl/include")
+  endif()
 endfunction()

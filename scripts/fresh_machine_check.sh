@@ -8,8 +8,13 @@
 # Usage: scripts/fresh_machine_check.sh [bookworm] [trixie]   (default: both)
 #   Roots and logs go to $MIXPREC_FRESH_DIR (default /var/tmp/mixprec-fresh); each run makes new
 #   roots. The clone is of HEAD (commit first: uncommitted changes are not in it).
-#   On bookworm, scripts/test.sh also makes its own Debian 13 root inside the fresh one (its
-#   LibTorch 2.6 stage), as CI does on a new machine.
+#   On bookworm, scripts/test.sh also makes its own venv (the torch 2.15 wheel from PyPI) and its
+#   own Debian 13 root inside the fresh one (the LibTorch 2.15 and 2.6 stages), as CI does on a
+#   new machine. This machine kind comes with the CUDA toolkit in /usr/local/cuda (not a Debian
+#   package: install_deps.sh does not install it): it is bind-mounted, read-only, into the fresh
+#   root, where the current-PyTorch stage's nvcc comes from. After the two README commands, the
+#   stage CI no longer runs, LibTorch 2.6's CUDA build (scripts/debian13_stage.sh cuda), runs in
+#   the same fresh root and is reported on a line of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/debian_root.sh
@@ -36,6 +41,12 @@ for suite in "${suites[@]}"; do
   git clone -q "$checkout" "$root/mixprec"
   trap 'umount_below "$root"' EXIT
   mount_debian_root "$root"
+  cuda=$(realpath -e /usr/local/cuda 2>/dev/null || true)
+  if [[ -n $cuda ]]; then
+    mkdir -p "$root$cuda"
+    mount --bind "$cuda" "$root$cuda" && mount -o remount,bind,ro "$root$cuda"
+    [[ $cuda == /usr/local/cuda ]] || ln -sfn "$cuda" "$root/usr/local/cuda"
+  fi
   echo "== $suite root made and cloned in $(seconds_since "$t0") s"
   for cmd in "bash scripts/main.sh" "bash scripts/test.sh"; do
     log=$work/$suite-$(basename "${cmd##* }" .sh).log
@@ -47,6 +58,16 @@ for suite in "${suites[@]}"; do
     results+=("$suite: $cmd -> exit $rc in $(seconds_since "$t0") s (log: $log)")
     ((rc == 0)) || status=1
   done
+  if [[ $suite == bookworm ]]; then  # the stage out of CI: LibTorch 2.6's CUDA build
+    log=$work/$suite-debian13-cuda.log
+    t0=$(date +%s)
+    echo "== $suite: bash scripts/debian13_stage.sh cuda (log: $log)"
+    in_debian_root "$root" "cd /mixprec && bash scripts/debian13_stage.sh cuda" >"$log" 2>&1
+    rc=$?
+    tail -n 5 "$log"
+    results+=("$suite: bash scripts/debian13_stage.sh cuda -> exit $rc in $(seconds_since "$t0") s (log: $log)")
+    ((rc == 0)) || status=1
+  fi
   # Unmount (test.sh's own Debian 13 root inside a bookworm root has mounts too); keep the files.
   umount_below "$root"
 done

@@ -7,8 +7,10 @@
 # Every stage is timed and has its own timeout inside an overall budget (GPU_CHECK_BUDGET_S,
 # default 450 s); a failing stage is recorded and the next one runs.
 #
-# Usage: scripts/gpu_check.sh [--dry-run]
-#   --dry-run   detect python/torch/nvcc/GPU and write the plan, build and run nothing.
+# Usage: scripts/gpu_check.sh [--dry-run | --build-only]
+#   --dry-run     detect python/torch/nvcc/GPU and write the plan, build and run nothing.
+#   --build-only  every stage up to the first that needs a device (dependencies, configure,
+#                 build), on a machine without a GPU: what must pass before a GPU is lent.
 # Environment:
 #   PYTHON                python with torch (default: the first of python3, python with CUDA torch)
 #   GTEST_SOURCE_DIR      GoogleTest sources (default /usr/src/googletest when present)
@@ -35,7 +37,13 @@ build="${BUILD_DIR:-$root/build-gpu}"
 jobs="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
 budget="${GPU_CHECK_BUDGET_S:-450}"
 dry_run=0
-[[ "${1:-}" == "--dry-run" ]] && dry_run=1
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --dry-run) dry_run=1 ;;
+  --build-only) build_only=1 ;;
+  *) echo "usage: scripts/gpu_check.sh [--dry-run | --build-only]" >&2; exit 2 ;;
+esac
 
 start_s=$SECONDS
 deadline=$((start_s + budget))
@@ -142,12 +150,14 @@ if [[ -z "$py" ]]; then
   exit 2
 fi
 torch_info="$("$py" - 2>&1 <<'EOF'
-import torch
+import os, torch
 n = torch.cuda.device_count() if torch.cuda.is_available() else 0
 names = ", ".join(torch.cuda.get_device_name(i) for i in range(n)) or "none visible"
 cap = "%d.%d" % torch.cuda.get_device_capability(0) if n else "-"  # never empty: read splits on tabs
+# The prefix is the torch package's folder: with torch/share/cmake (torch.utils.cmake_prefix_path)
+# LibTorch's config finds a system LibTorch's libc10.so first (docs/install.md).
 print(torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI),
-      torch.utils.cmake_prefix_path, n, cap, sep="\t", end="\t")
+      os.path.dirname(torch.__file__), n, cap, sep="\t", end="\t")
 print(names)
 EOF
 )"
@@ -160,8 +170,12 @@ nvcc_version="$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).
 cmake_version="$(cmake --version 2>/dev/null | sed -n 's/cmake version //p')"
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1)"
 if [[ -z "${CUDA_ARCH:-}" ]]; then
-  # "native" needs CMake 3.24; H200/H100 are sm_90.
-  if printf '3.24\n%s\n' "$cmake_version" | sort -V -C; then CUDA_ARCH=native; else CUDA_ARCH=90; fi
+  # "native" needs CMake 3.24 and a GPU to look at; H200/H100 are sm_90.
+  if ! ((build_only)) && printf '3.24\n%s\n' "$cmake_version" | sort -V -C; then
+    CUDA_ARCH=native
+  else
+    CUDA_ARCH=90
+  fi
 fi
 env_lines+=("- GPU: ${gpu_names} (${gpu_count} visible, compute capability ${gpu_cap:-?}), driver ${driver:-unknown}")
 env_lines+=("- torch ${torch_version} (CUDA ${torch_cuda}, _GLIBCXX_USE_CXX11_ABI=${abi}) from ${py}")
@@ -170,10 +184,14 @@ env_lines+=("- nvcc ${nvcc_version:-not found} (${nvcc}), CMake ${cmake_version:
 env_problem=""
 [[ -z "$nvcc_version" ]] && env_problem="nvcc not found (set CUDACXX)"
 [[ -z "$cmake_version" ]] && env_problem="cmake not found"
-[[ "$gpu_count" =~ ^[0-9]+$ && "$gpu_count" -gt 0 ]] || env_problem="${env_problem:+$env_problem; }torch sees no GPU"
+if ! ((build_only)) && ! [[ "$gpu_count" =~ ^[0-9]+$ && "$gpu_count" -gt 0 ]]; then
+  env_problem="${env_problem:+$env_problem; }torch sees no GPU"
+fi
 if [[ -n "$env_problem" ]]; then
   record environment FAIL 0 "$env_problem"
   ((dry_run)) || exit 2
+elif ((build_only)); then
+  record environment PASS 0 "python, CUDA torch, nvcc and cmake found (--build-only: no GPU needed)"
 else
   record environment PASS 0 "python, CUDA torch, nvcc, cmake and a GPU found"
 fi
@@ -268,6 +286,16 @@ for t in "${targets[@]}"; do
 done
 if ((${#known[@]})); then
   stage build 270 "built: ${known[*]}" -- cmake --build "$build" -j"$jobs" --target "${known[@]}" -- -k 0
+fi
+
+if ((build_only)); then
+  for s in gpu-tests fp8-bandwidth seed-example-3 differential benchmark; do
+    record "$s" SKIPPED 0 "--build-only: needs a GPU"
+  done
+  env_lines+=("- result: $( ((overall == 0)) && echo '**every build stage PASS** (--build-only)' || echo '**a build stage FAILED** (see the table)')")
+  write_report
+  note "report: $report"
+  exit "$overall"
 fi
 
 # ---- run ----------------------------------------------------------------------------------------

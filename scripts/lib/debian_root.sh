@@ -11,6 +11,24 @@ debian_mirror() {
   echo "${m:-http://deb.debian.org/debian}"
 }
 
+# debian_source_download PACKAGE SUITE DEST: the source package's files (.dsc, orig tarball, Debian
+# diff; checked against the signed index) into DEST, from this machine's mirror, through a private
+# apt configuration (one deb-src line, private lists and cache) that leaves apt's own alone.
+debian_source_download() {
+  local package=$1 suite=$2 dest=$3 work
+  work=$(mktemp -d)
+  mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$dest"
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(debian_mirror) $suite main" \
+    >"$work/sources.list"
+  local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
+  local rc=0
+  apt-get "${apt_opts[@]}" -qq update &&
+    (cd "$dest" && apt-get "${apt_opts[@]}" -qq source --download-only "$package/$suite") || rc=$?
+  rm -rf "$work"
+  return $rc
+}
+
 # make_debian_root SUITE DIR: debootstrap --variant=minbase SUITE into DIR (into DIR.partial
 # first, so an interrupted run never leaves a half-made DIR behind).
 make_debian_root() {

@@ -10,7 +10,7 @@
 # Usage: scripts/lib/highway_source.sh [CACHE_DIR]   (default /var/cache/mixprec/highway-src)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/debian_root.sh"  # debian_mirror
+source "$here/debian_root.sh"  # debian_source_download
 cache=${1:-/var/cache/mixprec/highway-src}
 pins=$here/../../cmake/MixprecHighway.cmake
 version=$(sed -n 's/^set(MIXPREC_HIGHWAY_VERSION \([0-9.]*\))$/\1/p' "$pins")
@@ -28,15 +28,8 @@ fi
 suite=trixie
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/src"
-echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(debian_mirror) $suite main" \
-  >"$work/sources.list"
-apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-  -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
 echo "mixprec: fetching Highway $version's sources (Debian $suite's source package) into $cache"
-apt-get "${apt_opts[@]}" -qq update
-# --download-only: the .dsc, orig tarball and Debian diff, checked against the signed index.
-(cd "$work/src" && apt-get "${apt_opts[@]}" -qq source --download-only "highway/$suite")
+debian_source_download highway "$suite" "$work/src"
 if [[ ! -f $work/src/highway_$version.orig.tar.gz ]]; then
   echo "highway_source.sh: Debian $suite's highway source is not Highway $version:" \
     "$(ls "$work/src")" >&2

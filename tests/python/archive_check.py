@@ -5,7 +5,10 @@ Why: LibTorch optimizer archives are TorchScript module archives (zip with code/
 not torch.save pickles. This records, as checks, what torch 2.6 does with one:
   * plain torch.load (weights_only=True by default from 2.6) refuses it (RuntimeError "Cannot use
     weights_only=True with TorchScript archives");
-  * torch.jit.load reads it: a module tree state.<id>.{step, exp_avg, exp_avg_sq} and
+  * its data.pkl is an ordinary pickle of a module tree (the archive's code/ only describes the
+    modules' types): read_torchscript_archive() reads it with pickle and the archive's tensors, as
+    torch.jit.load did before PyTorch 2.10 deprecated it ("Please switch to torch.export", which
+    reads no such archive): state.<id>.{step, exp_avg, exp_avg_sq} and
     param_groups.param_groups/0.{params/<i> (the <id> strings, in parameter order), options.{lr,
     betas, eps, weight_decay, amsgrad}}, which this converts into a torch.optim.AdamW state_dict;
 and compares that state with torch.optim.AdamW(fused=True) + torch.amp.GradScaler("cpu")
@@ -14,7 +17,9 @@ step), then loads it into a Python AdamW and checks that one more step from it e
 step of the Python-trained optimizer within the tolerance below.
 """
 import os
+import pickle
 import warnings
+import zipfile
 
 import torch
 
@@ -28,9 +33,52 @@ def _close(a, b):
     return bool(torch.isfinite(a).all()) and bool(((a - b).abs() <= ATOL + RTOL * b.abs()).all())
 
 
+_STORAGE_DTYPES = {"FloatStorage": torch.float32, "DoubleStorage": torch.float64,
+                   "HalfStorage": torch.float16, "BFloat16Storage": torch.bfloat16,
+                   "LongStorage": torch.int64, "IntStorage": torch.int32, "BoolStorage": torch.bool}
+
+
+class _ScriptModule:
+    """A TorchScript module of the archive: its attributes, set by the pickle's BUILD."""
+
+
+class _ArchiveUnpickler(pickle.Unpickler):
+    """data.pkl of a TorchScript archive: modules as _ScriptModule, tensors from data/<key>."""
+
+    def __init__(self, archive, prefix):
+        super().__init__(archive.open(prefix + "data.pkl"))
+        self._archive, self._prefix = archive, prefix
+
+    def find_class(self, module, name):
+        if module == "__torch__" or module.startswith("__torch__."):
+            return _ScriptModule
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]  # the storage's dtype, for persistent_load
+        if (module, name) in {("torch._utils", "_rebuild_tensor_v2"), ("collections", "OrderedDict")}:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"unexpected global {module}.{name} in a LibTorch archive")
+
+    def persistent_load(self, pid):
+        kind, dtype, key, _location, _numel = pid
+        if kind != "storage":
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
+        data = bytearray(self._archive.read(f"{self._prefix}data/{key}"))
+        untyped = torch.UntypedStorage.from_buffer(data, dtype=torch.uint8) if data else \
+            torch.UntypedStorage(0)
+        return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype,
+                                          _internal=True)
+
+
+def read_torchscript_archive(path):
+    """The module tree of a TorchScript archive (LibTorch's torch::save), without torch.jit."""
+    with zipfile.ZipFile(path) as archive:
+        prefix = next(n for n in archive.namelist() if n.endswith("data.pkl"))[:-len("data.pkl")]
+        return _ArchiveUnpickler(archive, prefix).load()
+
+
 def jit_archive_to_state_dict(path):
-    """torch.jit.load of a LibTorch AdamW archive -> a torch.optim.AdamW state_dict."""
-    module = torch.jit.load(path)
+    """A LibTorch AdamW archive (torch::save) -> a torch.optim.AdamW state_dict."""
+    module = read_torchscript_archive(path)
     group = getattr(module.param_groups, "param_groups/0")
     count = int(getattr(group, "params/size"))
     keys = [getattr(group, f"params/{i}") for i in range(count)]
@@ -63,7 +111,7 @@ def check_archive(folder, init, x, y, make_model):
     try:
         sd = jit_archive_to_state_dict(path)
     except Exception as e:
-        print(f"FAIL archive/python: torch.jit.load could not read it: {type(e).__name__}: {e}")
+        print(f"FAIL archive/python: its module tree could not be read: {type(e).__name__}: {e}")
         return False
 
     # The same history in Python.
@@ -98,7 +146,7 @@ def check_archive(folder, init, x, y, make_model):
     py_flat = torch.cat([p.detach().reshape(-1) for p in params])
     if not _close(saved, py_flat):
         problems.append(f"parameters: max|diff| {float((saved - py_flat).abs().max()):.3g}")
-    print(f"{'PASS' if not problems else 'FAIL'} archive/python: torch.jit.load reads it; its "
+    print(f"{'PASS' if not problems else 'FAIL'} archive/python: its module tree reads; its "
           f"state (steps {[int(sd['state'][i]['step']) for i in sd['state']]}, exp_avg, "
           f"exp_avg_sq, options) matches torch.optim.AdamW(fused=True) on the same history "
           f"(rtol {RTOL:g}, atol {ATOL:g})" + ("" if not problems else ": " + "; ".join(problems)))

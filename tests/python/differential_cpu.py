@@ -26,8 +26,9 @@ state_dict files equal Python's state_dict() (keys in order, values, Python type
   fadamw: mixprec::optim::AdamW(1e-2, wd 0.01, fused) / torch.optim.AdamW(fused=True)
 --mode archive: runs the C++ optimizer-archive round trip (mixprec::optim::AdamW saved with
 torch::save, loaded into mixprec::optim::AdamW and torch::optim::AdamW), then records what
-Python can do with that archive (torch.load refuses it; torch.jit.load reads it) and compares the
-state torch.jit.load exposes with torch.optim.AdamW(fused=True) run on the same history.
+Python can do with that archive (torch.load refuses it; its pickled module tree reads without
+torch.jit.load, which PyTorch 2.10 deprecated) and compares that state with
+torch.optim.AdamW(fused=True) run on the same history.
 
 Exit code: 0 PASS, 1 FAIL, 2 could not run, 77 skipped (no torch module at all, or torch < 2.4).
 A torch that is installed but fails to import is a failure (exit 2), never a skip: where the test
