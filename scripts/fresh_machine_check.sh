@@ -12,7 +12,7 @@
 #   own Debian 13 root inside the fresh one (the LibTorch 2.15 and 2.6 stages), as CI does on a
 #   new machine. This machine kind comes with the CUDA toolkit in /usr/local/cuda (not a Debian
 #   package: install_deps.sh does not install it): it is bind-mounted, read-only, into the fresh
-#   root, where the current-PyTorch stage's nvcc comes from. After the two README commands, the
+#   bookworm root, where the current-PyTorch stage's nvcc comes from. After the two README commands, the
 #   stage CI no longer runs, LibTorch 2.6's CUDA build (scripts/debian13_stage.sh cuda), runs in
 #   the same fresh root and is reported on a line of its own.
 set -uo pipefail
@@ -29,6 +29,18 @@ mkdir -p "$work"
 checkout=$PWD
 results=()
 status=0
+# run_in_root ROOT LOG SUITE COMMAND: COMMAND in the checkout of ROOT, output to LOG; its exit
+# status and time go into results.
+run_in_root() {
+  local root=$1 log=$2 suite=$3 cmd=$4 t0 rc
+  t0=$(date +%s)
+  echo "== $suite: $cmd (log: $log)"
+  in_debian_root "$root" "cd /mixprec && $cmd" >"$log" 2>&1
+  rc=$?
+  tail -n 5 "$log"
+  results+=("$suite: $cmd -> exit $rc in $(seconds_since "$t0") s (log: $log)")
+  ((rc == 0)) || status=1
+}
 for suite in "${suites[@]}"; do
   root=$work/$suite
   remove_debian_root "$root" || exit 1
@@ -42,31 +54,17 @@ for suite in "${suites[@]}"; do
   trap 'umount_below "$root"' EXIT
   mount_debian_root "$root"
   cuda=$(realpath -e /usr/local/cuda 2>/dev/null || true)
-  if [[ -n $cuda ]]; then
+  if [[ $suite == bookworm && -n $cuda ]]; then  # the current-PyTorch stage's nvcc
     mkdir -p "$root$cuda"
     mount --bind "$cuda" "$root$cuda" && mount -o remount,bind,ro "$root$cuda"
     [[ $cuda == /usr/local/cuda ]] || ln -sfn "$cuda" "$root/usr/local/cuda"
   fi
   echo "== $suite root made and cloned in $(seconds_since "$t0") s"
   for cmd in "bash scripts/main.sh" "bash scripts/test.sh"; do
-    log=$work/$suite-$(basename "${cmd##* }" .sh).log
-    t0=$(date +%s)
-    echo "== $suite: $cmd (log: $log)"
-    in_debian_root "$root" "cd /mixprec && $cmd" >"$log" 2>&1
-    rc=$?
-    tail -n 5 "$log"
-    results+=("$suite: $cmd -> exit $rc in $(seconds_since "$t0") s (log: $log)")
-    ((rc == 0)) || status=1
+    run_in_root "$root" "$work/$suite-$(basename "${cmd##* }" .sh).log" "$suite" "$cmd"
   done
   if [[ $suite == bookworm ]]; then  # the stage out of CI: LibTorch 2.6's CUDA build
-    log=$work/$suite-debian13-cuda.log
-    t0=$(date +%s)
-    echo "== $suite: bash scripts/debian13_stage.sh cuda (log: $log)"
-    in_debian_root "$root" "cd /mixprec && bash scripts/debian13_stage.sh cuda" >"$log" 2>&1
-    rc=$?
-    tail -n 5 "$log"
-    results+=("$suite: bash scripts/debian13_stage.sh cuda -> exit $rc in $(seconds_since "$t0") s (log: $log)")
-    ((rc == 0)) || status=1
+    run_in_root "$root" "$work/$suite-debian13-cuda.log" "$suite" "bash scripts/debian13_stage.sh cuda"
   fi
   # Unmount (test.sh's own Debian 13 root inside a bookworm root has mounts too); keep the files.
   umount_below "$root"

@@ -14,25 +14,9 @@ A torch that is installed but fails to import is a failure (exit 2), never a ski
 import argparse
 import subprocess
 import sys
-import traceback
 import warnings
 
-SKIP = 77
-try:
-    import torch
-except ModuleNotFoundError as e:
-    if e.name != "torch":
-        raise
-    print(f"SKIP: python3 has no torch module ({e})")
-    sys.exit(SKIP)
-except Exception:  # installed, but broken
-    traceback.print_exc()
-    print("ERROR: python3 has a torch module that fails to import (above); not a skip")
-    sys.exit(2)
-_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-if _VERSION < (2, 4):
-    print(f"SKIP: torch {torch.__version__} < 2.4 (needs torch.amp.GradScaler('cpu'))")
-    sys.exit(SKIP)
+from differential_cpu import torch  # torch, with its skip rules (none, or < 2.4: exit 77)
 
 
 def model(scaled=True, dtype=torch.float32, grad=True):
