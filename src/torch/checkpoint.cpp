@@ -247,7 +247,7 @@ void read_adam_options(const GenericDict& g, Options& o) {
 // PyTorch >= 2.7 says in each Adam/AdamW group whether its weight decay is decoupled (AdamW's,
 // or Adam(decoupled_weight_decay=True)) or L2 (Adam's). LibTorch's Adam has only L2 and its AdamW
 // only decoupled decay: a group of the other kind with weight_decay != 0 would resume with other
-// math, so it is refused. Without the key (PyTorch < 2.7, or weight_decay 0) nothing differs.
+// math, so it is refused. Without the key (PyTorch < 2.7), or with weight_decay 0, nothing differs.
 void check_weight_decay_kind(const GenericDict& group, bool into_adamw, std::size_t index) {
   const IValue* v = find(group, "decoupled_weight_decay");
   if (v == nullptr || v->isNone() || number(group, "weight_decay", 0.0) == 0.0) return;

@@ -559,6 +559,20 @@ std::vector<Trigger> triggers() {
         optimizer_load([](auto& group, auto&) {
           group.insert_or_assign("params", c10::impl::GenericList(c10::AnyType::get()));
         })}},
+      {"CheckpointDecayKind",
+       "`mixprec::load_optimizer_state_dict: param group N has decoupled_weight_decay=True",
+       {optimizer_load([](auto& group, auto&) {
+          group.insert_or_assign("decoupled_weight_decay", true);
+          group.insert_or_assign("weight_decay", 0.01);
+        }),
+        thrown([] {
+          torch::nn::Linear model(1, 1);
+          torch::optim::AdamW opt(model->parameters());
+          auto sd = optimizer_state_dict(opt);
+          sd.at("param_groups").toListRef()[0].toGenericDict().insert_or_assign(
+              "decoupled_weight_decay", false);
+          load_optimizer_state_dict(opt, sd);
+        })}},
       {"CheckpointOtherOptimizer", "`mixprec::optimizer_state_dict: only SGD", {thrown([] {
          torch::nn::Linear model(1, 1);
          optimizer_state_dict(torch::optim::RMSprop(model->parameters()));
