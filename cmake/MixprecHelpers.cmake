@@ -86,12 +86,17 @@ function(mixprec_check_one_libtorch)
   if(NOT TORCH_INSTALL_PREFIX)
     return()
   endif()
-  get_filename_component(prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
+  # As written and with symlinks resolved: a LibTorch may link its libraries from elsewhere
+  # (tests/packaging/libtorch_zip_layout.cmake does), or be reached through a symlink.
+  get_filename_component(prefix "${TORCH_INSTALL_PREFIX}" ABSOLUTE)
+  get_filename_component(real_prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
   foreach(item IN LISTS TORCH_LIBRARIES)
     if(IS_ABSOLUTE "${item}" AND item MATCHES "/lib(c10|torch)[^/]*\\.so[^/]*$")
+      get_filename_component(path "${item}" ABSOLUTE)
       get_filename_component(real "${item}" REALPATH)
-      string(FIND "${real}" "${prefix}/" at)
-      if(NOT at EQUAL 0)
+      string(FIND "${path}" "${prefix}/" at)
+      string(FIND "${real}" "${real_prefix}/" real_at)
+      if(NOT at EQUAL 0 AND NOT real_at EQUAL 0)
         message(FATAL_ERROR
           "mixprec: LibTorch's config (${Torch_DIR}) found ${item}, which is not its own "
           "(${TORCH_INSTALL_PREFIX}): another LibTorch is installed in a system folder, and the "
