@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite's current-PyTorch stage, run by scripts/test.sh on Debian 12: mixprec against
-# LibTorch 2.15.0 as most LibTorch users get it today, the `torch` wheel from PyPI (its
-# torch/share/cmake), installed with the packages of scripts/lib/current_torch.txt into a
+# LibTorch 2.15.0 as most LibTorch users get it today, the `torch` wheel from PyPI (its torch/
+# folder: headers, libraries, CMake config), installed with scripts/lib/current_torch.txt into a
 # virtual environment that this script makes (and keeps: $MIXPREC_TORCH_VENV, default
 # /var/cache/mixprec/torch-current-venv, remade when that file changes).
 #

@@ -12,9 +12,9 @@
 #   own Debian 13 root inside the fresh one (the LibTorch 2.15 and 2.6 stages), as CI does on a
 #   new machine. This machine kind comes with the CUDA toolkit in /usr/local/cuda (not a Debian
 #   package: install_deps.sh does not install it): it is bind-mounted, read-only, into the fresh
-#   bookworm root, where the current-PyTorch stage's nvcc comes from. After the two README commands, the
-#   stage CI no longer runs, LibTorch 2.6's CUDA build (scripts/debian13_stage.sh cuda), runs in
-#   the same fresh root and is reported on a line of its own.
+#   bookworm root, where the current-PyTorch stage's nvcc comes from. After the two README
+#   commands, the stage CI no longer runs, LibTorch 2.6's CUDA build (scripts/debian13_stage.sh
+#   cuda), runs in the same fresh root and is reported on a line of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/debian_root.sh

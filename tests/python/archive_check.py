@@ -54,7 +54,8 @@ class _ArchiveUnpickler(pickle.Unpickler):
             return _ScriptModule
         if module == "torch" and name in _STORAGE_DTYPES:
             return _STORAGE_DTYPES[name]  # the storage's dtype, for persistent_load
-        if (module, name) in {("torch._utils", "_rebuild_tensor_v2"), ("collections", "OrderedDict")}:
+        allowed = {("torch._utils", "_rebuild_tensor_v2"), ("collections", "OrderedDict")}
+        if (module, name) in allowed:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"unexpected global {module}.{name} in a LibTorch archive")
 

@@ -21,11 +21,12 @@ torch.amp.GradScaler("cpu") and overflows injected on INF_STEPS (one before, one
   P->C C++ loads Python's file with load_checkpoint into a zeroed model, an optimizer with
        another lr and a default scaler, and trains [SWITCH, STEPS);
   C->C C++ resumes from its own file the same way.
-An Adam(decoupled_weight_decay=True) checkpoint (PyTorch >= 2.7: AdamW's decay) must be refused
-by C++'s Adam, which has only L2 decay. Each resumed run must end with the reference's parameters and buffers (within RTOL/ATOL: C++ and Python
-optimizers round differently, as in differential_cpu.py) and exactly its scale and growth
+Each resumed run must end with the reference's parameters and buffers (within RTOL/ATOL: C++ and
+Python optimizers round differently, as in differential_cpu.py) and exactly its scale and growth
 tracker. Control: resuming without the optimizer's state must miss the reference by more than
-100 times the tolerance, so the comparison can see a lost state.
+100 times the tolerance, so the comparison can see a lost state. An
+Adam(decoupled_weight_decay=True) checkpoint (PyTorch >= 2.7: AdamW's decay) must be refused by
+C++'s Adam, which has only L2 decay.
 
 Exit code: 0 PASS, 1 FAIL, 2 could not run, 77 skipped (the rules of differential_cpu.py).
 """
@@ -215,7 +216,8 @@ def run_decoupled_adam(exe, folder, init, x, y):
     decay: C++ must refuse to resume it into an Adam, saying so, not train on with L2 decay."""
     print("optimizer adam(decoupled_weight_decay=True, weight_decay=0.01):")
     if "decoupled_weight_decay" not in torch.optim.Adam([torch.zeros(1)]).defaults:
-        print(f"  ok   torch {torch.__version__}'s Adam has no decoupled_weight_decay: no such file")
+        print(f"  ok   torch {torch.__version__}'s Adam has no decoupled_weight_decay: "
+              "no such file")
         return True
     model, scaler = make_model(init), new_scaler(init_scale=INIT_SCALE)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=0.01,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""python.messages: mixprec's errors and warnings in PyTorch's words, checked against PyTorch itself.
+"""python.messages: mixprec's errors and warnings in PyTorch's words, held against PyTorch itself.
 
 mixprec's messages carry Python's text (docs/errors.md), and that text changes between PyTorch
 releases (update(new_scale)'s message in 2.9, the CUDA autocast warning in 2.10): mixprec uses the

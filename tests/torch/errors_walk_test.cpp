@@ -459,16 +459,16 @@ std::vector<Trigger> triggers() {
        {autocast_cuda_warning()},
        [] {
          const std::string why = cuda_autocast_is_on();
-         return why.empty() ? from_version(2, 10, "PyTorch < 2.10: the older warning's row applies")
-                            : why;
+         if (!why.empty()) return why;
+         return from_version(2, 10, "PyTorch < 2.10: the older warning's row applies");
        }},
       {"AutocastCudaWithoutDeviceBefore210",
        "warning `User provided device_type of 'cuda'",
        {autocast_cuda_warning()},
        [] {
          const std::string why = cuda_autocast_is_on();
-         return why.empty() ? before_version(2, 10, "PyTorch >= 2.10: the newer warning's row applies")
-                            : why;
+         if (!why.empty()) return why;
+         return before_version(2, 10, "PyTorch >= 2.10: the newer warning's row applies");
        }},
       {"LossScalerUpdate", "`LossScaler: No inf checks", {thrown([] {
          core::LossScaler().update();
