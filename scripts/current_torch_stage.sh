@@ -56,9 +56,10 @@ export CMAKE_PREFIX_PATH=$TORCH_ROOT
 export CUDACXX=$NVCC
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-7.5;8.0;9.0}
 export MIXPREC_BUILD_DIR=${MIXPREC_CURRENT_TORCH_BUILD_DIR:-build-torch-current}
-# packaging.fetchcontent builds mixprec's LibTorch sources once more (5 minutes with 2.15's C++20
-# headers on 2 cores) to test CMake logic that does not depend on the LibTorch: the Debian 12 and
-# 13 stages run it. packaging.add_subdirectory_after_torch, which meets the wheel's own CUDA
-# settings, runs here.
+# packaging.fetchcontent and packaging.highway_fetched build mixprec once more each (5 and 1.5
+# minutes here) to test CMake logic that does not depend on the LibTorch: the Debian 12 stage runs
+# them. packaging.find_package (the exported C++20) and packaging.add_subdirectory_after_torch
+# (which meets the wheel's own CUDA settings) run here.
 MIXPREC_SKIP_SANITIZERS=1 MIXPREC_SKIP_DEBIAN13=1 MIXPREC_SKIP_CURRENT_TORCH=1 \
-  MIXPREC_REQUIRE_CUDA=1 MIXPREC_CTEST_EXCLUDE='^packaging\.fetchcontent$' bash scripts/test.sh
+  MIXPREC_REQUIRE_CUDA=1 MIXPREC_CTEST_EXCLUDE='^packaging\.(fetchcontent|highway_fetched)$' \
+  bash scripts/test.sh

@@ -14,7 +14,8 @@
 #   package: install_deps.sh does not install it): it is bind-mounted, read-only, into the fresh
 #   bookworm root, where the current-PyTorch stage's nvcc comes from. After the two README
 #   commands, the stage CI no longer runs, LibTorch 2.6's CUDA build (scripts/debian13_stage.sh
-#   cuda), runs in the same fresh root and is reported on a line of its own.
+#   cuda), runs in the same fresh root and is reported on a line of its own
+#   (MIXPREC_FRESH_DEBIAN13_CUDA=0 leaves it out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/debian_root.sh
@@ -63,7 +64,7 @@ for suite in "${suites[@]}"; do
   for cmd in "bash scripts/main.sh" "bash scripts/test.sh"; do
     run_in_root "$root" "$work/$suite-$(basename "${cmd##* }" .sh).log" "$suite" "$cmd"
   done
-  if [[ $suite == bookworm ]]; then  # the stage out of CI: LibTorch 2.6's CUDA build
+  if [[ $suite == bookworm && ${MIXPREC_FRESH_DEBIAN13_CUDA:-1} != 0 ]]; then  # the stage out of CI: LibTorch 2.6's CUDA build
     run_in_root "$root" "$work/$suite-debian13-cuda.log" "$suite" "bash scripts/debian13_stage.sh cuda"
   fi
   # Unmount (test.sh's own Debian 13 root inside a bookworm root has mounts too); keep the files.
