@@ -52,6 +52,15 @@ for suite in "${suites[@]}"; do
     continue
   fi
   git clone -q "$checkout" "$root/mixprec"
+  # What the machine brings that no package does: the CAs it trusts (this workplace reaches PyPI
+  # through a TLS proxy whose CA is in /usr/local/share/ca-certificates; without it pip fails in the
+  # root with CERTIFICATE_VERIFY_FAILED) and pip's configuration. The ca-certificates package,
+  # which scripts/install_deps.sh brings, adds them to the root's bundle.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  fi
+  [[ ! -f /etc/pip.conf ]] || cp /etc/pip.conf "$root/etc/pip.conf"
   trap 'umount_below "$root"' EXIT
   mount_debian_root "$root"
   cuda=$(realpath -e /usr/local/cuda 2>/dev/null || true)

@@ -48,9 +48,11 @@ case $codename in
     # debootstrap: the test suite's LibTorch 2.6 stages make Debian 13 roots with it.
     # llvm-NN: llvm-symbolizer for the sanitizers; libc6-dbg (above): names for libc's frames.
     # dpkg-dev: `apt-get source` (scripts/lib/highway_source.sh). python3-venv: the venv of the
-    # current-PyTorch stage (scripts/current_torch_stage.sh: the torch wheel from PyPI).
+    # current-PyTorch stage (scripts/current_torch_stage.sh: the torch wheel from PyPI, over HTTPS:
+    # ca-certificates, which also takes in the machine's own CAs of /usr/local/share/ca-certificates).
     PACKAGES=("${COMMON[@]}" libtorch-dev libgloo-dev
-      clang libclang-rt-14-dev libomp-14-dev llvm-14 debootstrap dpkg-dev python3-venv)
+      clang libclang-rt-14-dev libomp-14-dev llvm-14 debootstrap dpkg-dev python3-venv
+      ca-certificates)
     ;;
   trixie)
     # python3-torch(-cuda): the differential tests against torch.amp.GradScaler("cpu") and torch.load.
