@@ -26,6 +26,13 @@ namespace mixprec::fp8 {
 
 // ---- Functional ops (api.md) ----------------------------------------------------------------
 
+/// How an amax treats NaN elements (core::NanAmax): the recipes' recording and reduction choose,
+/// the functional amax() always propagates.
+enum class NanAmax {
+  kIgnore,     ///< Transformer Engine's kernels (fmaxf): NaN elements are skipped
+  kPropagate,  ///< torchao, x.abs().max(): a NaN element makes the amax NaN
+};
+
 /// max |x| over all elements, as a 1-element float32 tensor on x's device (NaN if any element is
 /// NaN; 0 for an empty x). x: float32, float64, float16 or bfloat16, any strides.
 at::Tensor amax(const at::Tensor& x);
@@ -39,9 +46,11 @@ at::Tensor quantize(const at::Tensor& x, const at::Tensor& scale, at::ScalarType
 at::Tensor dequantize(const at::Tensor& q, const at::Tensor& scale_inv, at::ScalarType out_dtype);
 
 /// quantize(), also recording amax(x) into `amax_slot` (a 1-element float32 view on x's device)
-/// as amax_slot = max(amax_slot, amax(x)), in the same pass over x: delayed scaling's cast.
+/// as amax_slot = max(amax_slot, amax(x)), in the same pass over x: delayed scaling's cast. With
+/// NanAmax::kIgnore, NaN elements of x are left out of the amax (a NaN slot stays NaN).
 at::Tensor quantize_and_record_amax(const at::Tensor& x, const at::Tensor& scale,
-                                    at::ScalarType fp8_dtype, const at::Tensor& amax_slot);
+                                    at::ScalarType fp8_dtype, const at::Tensor& amax_slot,
+                                    NanAmax nan = NanAmax::kPropagate);
 
 /// An MXFP8 tensor: FP8 elements and one E8M0 scale (uint8, 2^(e-127)) per block of 32 elements
 /// along the last dimension.
@@ -51,8 +60,11 @@ struct MxTensor {
 };
 
 /// MXFP8 block quantize (OCP MX v1.0, scales as TE's MXFP8BlockScaling; core::mx_block_exponent):
-/// blocks of 32 along x's last dimension, the last block of a row may be shorter.
-MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype = at::kFloat8_e4m3fn);
+/// blocks of 32 along x's last dimension, the last block of a row may be shorter. A block holding
+/// NaN is all NaN with kPropagate (torchao's to_mx); with kIgnore (TE) its amax skips the NaNs, so
+/// only they stay NaN.
+MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype = at::kFloat8_e4m3fn,
+                        NanAmax nan = NanAmax::kPropagate);
 
 /// Each element times its block's scale, rounded to out_dtype.
 at::Tensor dequantize_mxfp8(const MxTensor& q, at::ScalarType out_dtype);
@@ -90,6 +102,11 @@ struct RecipeOptions {
   TORCH_ARG(double, eps) = 1e-12;
   /// Current: scales rounded down to powers of two.
   TORCH_ARG(bool, power_of_2_scales) = false;
+  /// Every rule: how the amaxes it records and reduces treat NaN elements. kIgnore is TE's (its
+  /// kernels take fmaxf): a NaN in one cast neither freezes a delayed scale for the history's
+  /// length, nor gives a current scale of 1, nor turns an MX block into NaN. kPropagate is
+  /// torchao's (x.abs().max()). docs/fp8.md compares them.
+  TORCH_ARG(NanAmax, nan_amax) = NanAmax::kIgnore;
 };
 
 namespace detail {
@@ -132,8 +149,11 @@ class Recipe {
 /// their forward (and so their backward) with `recipe`. Its constructor first runs
 /// recipe.update(), so the delayed scales of one iteration come from the amaxes up to the last
 /// one; a scope nested in one of the same recipe (or a copy) is part of that iteration and does
-/// not update again, as TE updates once per outermost fp8_autocast. Scopes nest (the inner recipe
-/// wins until it ends); backward may run after the scope.
+/// not update again, as TE updates once per outermost fp8_autocast. A scope opened while grad
+/// mode is off (torch::NoGradGuard, an eval loop) does not update either, as TE's fp8_autocast
+/// updates only when torch.is_grad_enabled(): its casts still record their amaxes, which the next
+/// scope with grad folds in. Scopes nest (the inner recipe wins until it ends); backward may run
+/// after the scope.
 ///
 /// **Example**
 /// ```cpp

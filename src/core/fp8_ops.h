@@ -17,17 +17,28 @@ MIXPREC_HOST_DEVICE inline float max_nan(float a, float b) {
   return (b != b || b > a) ? b : a;
 }
 
-/// One tensor of the batched update: reduce the history, new scale and scale_inv, roll, zero
-/// slot 0 (see core::delayed_scaling_update_).
+/// The larger of two amaxes, skipping a NaN (fmaxf's rule, TE's): NaN only when both are NaN.
+MIXPREC_HOST_DEVICE inline float max_skip_nan(float a, float b) {
+  if (a != a) return b;
+  return (b > a) ? b : a;
+}
+
+/// One tensor of the batched update, as TE's fused kernel: a tensor whose slot 0 is 0 keeps its
+/// history and scale; else reduce the history, new scale and scale_inv, roll, zero slot 0 (see
+/// core::delayed_scaling_update_).
 MIXPREC_HOST_DEVICE inline void delayed_update_one(const DelayedTensor& t,
                                                    const DelayedScaling& rule) {
   float* h = t.amax_history;
   const std::int64_t s = t.stride;
   const std::int64_t n = rule.history_len;
   const float current = h[0];
+  if (current == 0.0f) return;  // TE PR #825's fused kernel: nothing seen, nothing rolled
   float amax = current;
   if (rule.algo == AmaxAlgo::kMax) {
-    for (std::int64_t i = 1; i < n; ++i) amax = max_nan(amax, h[i * s]);
+    const bool skip_nan = rule.nan == NanAmax::kIgnore;
+    for (std::int64_t i = 1; i < n; ++i) {
+      amax = skip_nan ? max_skip_nan(amax, h[i * s]) : max_nan(amax, h[i * s]);
+    }
   }
   const float scale = delayed_scale(amax, *t.scale, fp8_max(t.format), rule.margin);
   *t.scale = scale;

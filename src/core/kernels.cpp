@@ -249,6 +249,11 @@ void check_format(Fp8Format format, const char* who) {
                 " (Fp8Format::kE4M3 or kE5M2)");
 }
 
+void check_nan(NanAmax nan, const char* who) {
+  MIXPREC_CHECK(nan == NanAmax::kIgnore || nan == NanAmax::kPropagate, who,
+                ": unsupported NanAmax ", static_cast<int>(nan), " (kIgnore or kPropagate)");
+}
+
 // A float input or output view.
 void check_fp8_view(const TensorView& view, const char* who, const char* name) {
   MIXPREC_CHECK(element_size(view.dtype) != 0, who, ": ", name, " has an unsupported dtype (",
@@ -293,31 +298,33 @@ void run_fp8(Device device, const char* who, const OnCpu& on_cpu, const OnCuda& 
 
 }  // namespace
 
-void amax_(const TensorView& x, float* amax, void* stream) {
+void amax_(const TensorView& x, float* amax, void* stream, NanAmax nan) {
   constexpr const char* kWho = "amax_";
   check_fp8_view(x, kWho, "x");
+  check_nan(nan, kWho);
   MIXPREC_CHECK(amax != nullptr, kWho, ": amax must not be null");
   run_fp8(
-      x.device, kWho, [&] { cpu::amax(x, amax); },
+      x.device, kWho, [&] { cpu::amax(x, amax, nan); },
       [&] {
 #ifdef MIXPREC_WITH_CUDA
-        cuda::amax(x, amax, stream);
+        cuda::amax(x, amax, nan, stream);
 #endif
       });
   (void)stream;
 }
 
 void quantize_fp8_(const TensorView& x, std::uint8_t* q, Fp8Format format, const float* scale,
-                   float* amax, void* stream) {
+                   float* amax, void* stream, NanAmax nan) {
   constexpr const char* kWho = "quantize_fp8_";
   check_format(format, kWho);
   check_fp8_view(x, kWho, "x", q);
   MIXPREC_CHECK(scale != nullptr, kWho, ": scale must not be null");
+  check_nan(nan, kWho);
   run_fp8(
-      x.device, kWho, [&] { cpu::quantize_fp8(x, q, format, *scale, amax); },
+      x.device, kWho, [&] { cpu::quantize_fp8(x, q, format, *scale, amax, nan); },
       [&] {
 #ifdef MIXPREC_WITH_CUDA
-        cuda::quantize_fp8(x, q, format, scale, amax, stream);
+        cuda::quantize_fp8(x, q, format, scale, amax, nan, stream);
 #endif
       });
   (void)stream;
@@ -333,15 +340,16 @@ void quantize_fp8_current_(const TensorView& x, std::uint8_t* q, Fp8Format forma
                 ": scale, scale_inv and amax must not be null");
   MIXPREC_CHECK(rule.eps >= 0.0f && !is_nonfinite(rule.eps), kWho,
                 ": CurrentScaling::eps must be finite and >= 0, got ", rule.eps);
+  check_nan(rule.nan, kWho);
   run_fp8(
       x.device, kWho,
       [&] {
         float found = 0.0f;
-        cpu::amax(x, &found);
+        cpu::amax(x, &found, rule.nan);
         *amax = found;
         *scale = current_scale(found, fp8_max(format), rule);
         *scale_inv = 1.0f / *scale;
-        cpu::quantize_fp8(x, q, format, *scale, nullptr);
+        cpu::quantize_fp8(x, q, format, *scale, nullptr, NanAmax::kPropagate);
       },
       [&] {
 #ifdef MIXPREC_WITH_CUDA
@@ -368,16 +376,17 @@ void dequantize_fp8_(const std::uint8_t* q, Fp8Format format, const float* scale
 }
 
 void quantize_mxfp8_(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
-                     Fp8Format format, void* stream) {
+                     Fp8Format format, void* stream, NanAmax nan) {
   constexpr const char* kWho = "quantize_mxfp8_";
   check_format(format, kWho);
   check_fp8_view(x, kWho, "x", q);
   check_mx(x, cols, scales, kWho, "x");
+  check_nan(nan, kWho);
   run_fp8(
-      x.device, kWho, [&] { cpu::quantize_mxfp8(x, cols, q, scales, format); },
+      x.device, kWho, [&] { cpu::quantize_mxfp8(x, cols, q, scales, format, nan); },
       [&] {
 #ifdef MIXPREC_WITH_CUDA
-        cuda::quantize_mxfp8(x, cols, q, scales, format, stream);
+        cuda::quantize_mxfp8(x, cols, q, scales, format, nan, stream);
 #endif
       });
   (void)stream;
@@ -408,6 +417,7 @@ void delayed_scaling_update_(const DelayedTensor* tensors, std::size_t count,
                 rule.history_len);
   MIXPREC_CHECK(rule.algo == AmaxAlgo::kMax || rule.algo == AmaxAlgo::kMostRecent, kWho,
                 ": unsupported AmaxAlgo ", static_cast<int>(rule.algo));
+  check_nan(rule.nan, kWho);
   // delayed_scale() divides by 2^margin as a normal float power of two.
   MIXPREC_CHECK(rule.margin >= kMinMargin && rule.margin <= kMaxMargin, kWho,
                 ": DelayedScaling::margin must be in [", kMinMargin, ", ", kMaxMargin, "], got ",

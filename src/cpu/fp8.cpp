@@ -73,22 +73,23 @@ void record_amax(float* amax, float found) { *amax = max_nan(*amax, found); }
 
 }  // namespace
 
-void amax(const TensorView& x, float* amax) {
+void amax(const TensorView& x, float* amax, NanAmax nan) {
   const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for_bytes(bytes_of(x)),
                                       [&](std::int64_t begin, std::int64_t end) {
-                                        return amax_span(slice(x, begin, end - begin));
+                                        return amax_span(slice(x, begin, end - begin), nan);
                                       });
   record_amax(amax, found);
 }
 
 void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
-                  float* amax) {
+                  float* amax, NanAmax nan) {
   const bool want_amax = amax != nullptr;
-  const float found = parallel_pieces(x.numel, per_piece(x.dtype), threads_for_bytes(bytes_of(x)),
-                                      [&](std::int64_t begin, std::int64_t end) {
-                                        return quantize_span(slice(x, begin, end - begin),
-                                                             q + begin, format, scale, want_amax);
-                                      });
+  const float found = parallel_pieces(
+      x.numel, per_piece(x.dtype), threads_for_bytes(bytes_of(x)),
+      [&](std::int64_t begin, std::int64_t end) {
+        return quantize_span(slice(x, begin, end - begin), q + begin, format, scale, want_amax,
+                             nan);
+      });
   if (want_amax) record_amax(amax, found);
 }
 
@@ -103,12 +104,12 @@ void dequantize_fp8(const std::uint8_t* q, Fp8Format format, float scale_inv,
 
 // MXFP8: pieces of whole blocks (ceil(cols / 32) a row, numbered row by row), about kTaskBytes.
 void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
-                    Fp8Format format) {
+                    Fp8Format format, NanAmax nan) {
   if (x.numel == 0) return;
   const std::int64_t blocks = x.numel / cols * ((cols + 31) / 32);
   parallel_pieces(blocks, std::max<std::int64_t>(1, per_piece(x.dtype) / 32),
                   threads_for_bytes(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
-                    quantize_mx_blocks(x, cols, q, scales, format, first, last);
+                    quantize_mx_blocks(x, cols, q, scales, format, nan, first, last);
                     return 0.0f;
                   });
 }

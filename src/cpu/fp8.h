@@ -10,12 +10,13 @@
 
 namespace mixprec::core::cpu {
 
-/// *amax = max(*amax, max |x|), NaN-propagating.
-void amax(const TensorView& x, float* amax);
+/// *amax = max(*amax, max |x|), NaN elements as `nan` says (core::amax_).
+void amax(const TensorView& x, float* amax, NanAmax nan);
 
-/// q = float_to_fp8_bits(float(x) * scale); when amax is not null, also *amax = max(*amax, max|x|).
+/// q = float_to_fp8_bits(float(x) * scale); when amax is not null, also *amax = max(*amax, max|x|)
+/// with NaN elements as `nan` says.
 void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
-                  float* amax);
+                  float* amax, NanAmax nan);
 
 /// out = out.dtype(fp8_bits_to_float(q) * scale_inv).
 void dequantize_fp8(const std::uint8_t* q, Fp8Format format, float scale_inv,
@@ -23,7 +24,7 @@ void dequantize_fp8(const std::uint8_t* q, Fp8Format format, float scale_inv,
 
 /// core::quantize_mxfp8_ on the CPU.
 void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q,
-                    std::uint8_t* scales, Fp8Format format);
+                    std::uint8_t* scales, Fp8Format format, NanAmax nan);
 
 /// core::dequantize_mxfp8_ on the CPU.
 void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,

@@ -79,12 +79,13 @@ float amax_of_bits(std::uint32_t bits) {
 
 // ---- The loops --------------------------------------------------------------------------------
 
-// What quantize_range does: the amax only; codes for any scale; codes by to_fp8_scaled(), for
-// 0 < scale < inf, which are right only where no element is NaN.
-enum class Pass { kAmax, kCodes, kCodesNoNaN };
+// What quantize_range does: the amax only; the amax of the elements that are not NaN (TE's fmaxf,
+// NanAmax::kIgnore); codes for any scale; codes by to_fp8_scaled(), for 0 < scale < inf, which are
+// right only where no element is NaN.
+enum class Pass { kAmax, kAmaxSkipNaN, kCodes, kCodesNoNaN };
 
-// Elements [begin, end): q = fp8(float(x) * scale) unless kPass is kAmax; returns the running
-// maximum of |float(x)|'s bits (see amax_of_bits).
+// Elements [begin, end): q = fp8(float(x) * scale) unless kPass is an amax pass; returns the
+// running maximum of |float(x)|'s bits (see amax_of_bits), NaNs left out by kAmaxSkipNaN.
 template <Pass kPass, Fp8Format kFormat, class Src>
 HWY_INLINE std::uint32_t quantize_range(const Src& src, std::int64_t begin, std::int64_t end,
                                         std::uint8_t* HWY_RESTRICT q, float scale) {
@@ -110,7 +111,13 @@ HWY_INLINE std::uint32_t quantize_range(const Src& src, std::int64_t begin, std:
     }
   };
   std::int64_t tail = begin;
-  if constexpr (kPass != Pass::kAmax) {
+  if constexpr (kPass == Pass::kAmaxSkipNaN) {
+    const auto above_inf = hn::Set(di, 0x7f800001);  // the least NaN bits (Lt: old Highway's)
+    tail = for_each_vector(begin, end, lanes, [&](std::int64_t i) MIXPREC_VECTOR_LAMBDA {
+      const auto a = hn::BitCast(di, hn::And(hn::BitCast(du, src.Load(df, i)), abs_mask));
+      running = hn::Max(running, hn::IfThenElseZero(hn::Lt(a, above_inf), a));  // NaN bits: 0
+    });
+  } else if constexpr (kPass != Pass::kAmax) {
     for (; tail + 4 * lanes <= end; tail += 4 * lanes) {
       prefetch_ahead(src, tail, 4 * lanes);  // See Note [FP8 casts prefetch]
       const auto c0 = step(tail), c1 = step(tail + lanes);
@@ -129,8 +136,11 @@ HWY_INLINE std::uint32_t quantize_range(const Src& src, std::int64_t begin, std:
   auto bits = static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di, running)));
   for (std::int64_t i = tail; i < end; ++i) {
     const float f = src.At(i);
-    bits = std::max(bits, float_to_bits(f) & 0x7fffffffu);
-    if constexpr (kPass != Pass::kAmax) q[i] = float_to_fp8_bits(f * scale, kFormat);
+    const std::uint32_t a = float_to_bits(f) & 0x7fffffffu;
+    if (kPass != Pass::kAmaxSkipNaN || a <= 0x7f800000u) bits = std::max(bits, a);
+    if constexpr (kPass == Pass::kCodes || kPass == Pass::kCodesNoNaN) {
+      q[i] = float_to_fp8_bits(f * scale, kFormat);
+    }
   }
   return bits;
 }
@@ -193,10 +203,11 @@ HWY_INLINE void for_each_block(std::int64_t cols, std::int64_t first, std::int64
 
 // A whole block of 32 where vectors have a fixed length dividing 32: straight-line code, one
 // reduction, and the codes stored four or two vectors at a time (1.4x the speed of the general
-// path below, AVX3, in cache). Returns false where it does not apply.
+// path below, AVX3, in cache). Returns false, having written nothing, where it does not apply: also
+// for a block holding NaN when NaNs are skipped (skip_nan).
 template <Fp8Format kFormat, class Src>
 HWY_INLINE bool quantize_whole_block(const Src& src, std::int64_t begin, std::uint8_t* q,
-                                     std::uint8_t* scale) {
+                                     std::uint8_t* scale, bool skip_nan) {
   using DF = typename Src::DF;
   constexpr std::size_t kLanes = hn::MaxLanes(DF());
   if constexpr (HWY_HAVE_SCALABLE || 32 % kLanes != 0 || kLanes < 4) {
@@ -211,9 +222,9 @@ HWY_INLINE bool quantize_whole_block(const Src& src, std::int64_t begin, std::ui
       const auto bits = hn::BitCast(du, src.Load(df, begin + static_cast<std::int64_t>(k)));
       running = hn::Max(running, hn::BitCast(di, hn::And(bits, abs_mask)));
     }
-    const float amax =
-        amax_of_bits(static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di, running))));
-    const std::uint8_t e = mx_block_exponent(amax, kFormat);
+    const auto bits = static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di, running)));
+    if (skip_nan && bits > 0x7f800000u) return false;
+    const std::uint8_t e = mx_block_exponent(amax_of_bits(bits), kFormat);
     *scale = e;
     if (e == 0xffu) {  // See Note [MX blocks holding inf or NaN]
       std::memset(q + begin, 0x7f, 32);
@@ -235,17 +246,26 @@ HWY_INLINE bool quantize_whole_block(const Src& src, std::int64_t begin, std::ui
 
 template <Fp8Format kFormat, class Src>
 void quantize_mx(const Src& src, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
-                 std::int64_t first, std::int64_t last) {
+                 std::int64_t first, std::int64_t last, bool skip_nan) {
   for_each_block(
       cols, first, last, [&](std::int64_t k, std::int64_t begin, std::int64_t end) HWY_ATTR {
         prefetch_ahead(src, begin, end - begin);  // See Note [FP8 casts prefetch]
-        if (end - begin == 32 && quantize_whole_block<kFormat>(src, begin, q, scales + k)) return;
-        const float amax =
-            amax_of_bits(quantize_range<Pass::kAmax, kFormat>(src, begin, end, q, 1.0f));
-        const std::uint8_t e = mx_block_exponent(amax, kFormat);
+        if (end - begin == 32 &&
+            quantize_whole_block<kFormat>(src, begin, q, scales + k, skip_nan)) {
+          return;
+        }
+        std::uint32_t bits = quantize_range<Pass::kAmax, kFormat>(src, begin, end, q, 1.0f);
+        const bool has_nan = bits > 0x7f800000u;
+        if (has_nan && skip_nan) {
+          bits = quantize_range<Pass::kAmaxSkipNaN, kFormat>(src, begin, end, q, 1.0f);
+        }
+        const std::uint8_t e = mx_block_exponent(amax_of_bits(bits), kFormat);
         scales[k] = e;
         if (e == 0xffu) {  // See Note [MX blocks holding inf or NaN]
           std::memset(q + begin, 0x7f, static_cast<std::size_t>(end - begin));
+        } else if (has_nan) {
+          // NaNs skipped by the amax (TE): they become the format's NaN, the rest scale as usual.
+          quantize_range<Pass::kCodes, kFormat>(src, begin, end, q, e8m0_to_inverse(e));
         } else {
           // A finite block: no NaN, and the scale 2^(127 - e) is positive and finite.
           quantize_range<Pass::kCodesNoNaN, kFormat>(src, begin, end, q, e8m0_to_inverse(e));
@@ -316,23 +336,28 @@ HWY_INLINE void with_format(Fp8Format format, const Fn& fn) {
   }
 }
 
-float AmaxSpan(const TensorView& x) {
+float AmaxSpan(const TensorView& x, NanAmax nan) {
   std::uint32_t bits = 0;
   with_src(x, [&](const auto& src) HWY_ATTR {
-    bits = quantize_range<Pass::kAmax, Fp8Format::kE4M3>(src, 0, x.numel, nullptr, 1.0f);
+    bits = nan == NanAmax::kIgnore
+               ? quantize_range<Pass::kAmaxSkipNaN, Fp8Format::kE4M3>(src, 0, x.numel, nullptr, 1.0f)
+               : quantize_range<Pass::kAmax, Fp8Format::kE4M3>(src, 0, x.numel, nullptr, 1.0f);
   });
   return amax_of_bits(bits);
 }
 
 float QuantizeSpan(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
-                   bool want_amax) {
+                   bool want_amax, NanAmax nan) {
   std::uint32_t bits = 0;
   with_src(x, [&](const auto& src) HWY_ATTR {
     with_format(format, [&](auto f) HWY_ATTR {
       bits = quantize_codes<decltype(f)::value>(src, 0, x.numel, q, scale);
     });
   });
-  return want_amax ? amax_of_bits(bits) : 0.0f;
+  if (!want_amax) return 0.0f;
+  // A span holding NaN, its NaNs skipped (TE): a second read, only of such a rare span.
+  if (bits > 0x7f800000u && nan == NanAmax::kIgnore) return AmaxSpan(x, nan);
+  return amax_of_bits(bits);
 }
 
 void DequantizeSpan(const std::uint8_t* q, Fp8Format format, float scale_inv,
@@ -345,10 +370,10 @@ void DequantizeSpan(const std::uint8_t* q, Fp8Format format, float scale_inv,
 }
 
 void QuantizeMxBlocks(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
-                      Fp8Format format, std::int64_t first, std::int64_t last) {
+                      Fp8Format format, NanAmax nan, std::int64_t first, std::int64_t last) {
   with_src(x, [&](const auto& src) HWY_ATTR {
     with_format(format, [&](auto f) HWY_ATTR {
-      quantize_mx<decltype(f)::value>(src, cols, q, scales, first, last);
+      quantize_mx<decltype(f)::value>(src, cols, q, scales, first, last, nan == NanAmax::kIgnore);
     });
   });
 }
@@ -380,11 +405,11 @@ HWY_EXPORT(QuantizeMxBlocks);
 HWY_EXPORT(DequantizeMxBlocks);
 HWY_EXPORT(Fp8CompiledTarget);
 
-float amax_span(const TensorView& x) { return HWY_DYNAMIC_DISPATCH(AmaxSpan)(x); }
+float amax_span(const TensorView& x, NanAmax nan) { return HWY_DYNAMIC_DISPATCH(AmaxSpan)(x, nan); }
 
 float quantize_span(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
-                    bool want_amax) {
-  return HWY_DYNAMIC_DISPATCH(QuantizeSpan)(x, q, format, scale, want_amax);
+                    bool want_amax, NanAmax nan) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeSpan)(x, q, format, scale, want_amax, nan);
 }
 
 void dequantize_span(const std::uint8_t* q, Fp8Format format, float scale_inv,
@@ -393,9 +418,9 @@ void dequantize_span(const std::uint8_t* q, Fp8Format format, float scale_inv,
 }
 
 void quantize_mx_blocks(const TensorView& x, std::int64_t cols, std::uint8_t* q,
-                        std::uint8_t* scales, Fp8Format format, std::int64_t first_block,
-                        std::int64_t last_block) {
-  HWY_DYNAMIC_DISPATCH(QuantizeMxBlocks)(x, cols, q, scales, format, first_block, last_block);
+                        std::uint8_t* scales, Fp8Format format, NanAmax nan,
+                        std::int64_t first_block, std::int64_t last_block) {
+  HWY_DYNAMIC_DISPATCH(QuantizeMxBlocks)(x, cols, q, scales, format, nan, first_block, last_block);
 }
 
 void dequantize_mx_blocks(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,

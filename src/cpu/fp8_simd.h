@@ -10,14 +10,15 @@
 
 namespace mixprec::core::cpu {
 
-/// max |x| over x's elements as a float: the quiet NaN 0x7fc00000 when any element is NaN, 0
-/// when x is empty. For float64 it is float(max |x|) (rounding is monotonic).
-float amax_span(const TensorView& x);
+/// max |x| over x's elements as a float, 0 when x is empty. A NaN element makes it the quiet NaN
+/// 0x7fc00000 (kPropagate) or is left out (kIgnore). For float64 it is float(max |x|) (rounding is
+/// monotonic).
+float amax_span(const TensorView& x, NanAmax nan);
 
-/// q[i] = float_to_fp8_bits(float(x[i]) * scale, format); returns amax_span(x) when
-/// `want_amax` (from the same loads), else 0.
+/// q[i] = float_to_fp8_bits(float(x[i]) * scale, format); returns amax_span(x, nan) when
+/// `want_amax` (from the same loads, read again only for a span holding NaN under kIgnore), else 0.
 float quantize_span(const TensorView& x, std::uint8_t* q, Fp8Format format, float scale,
-                    bool want_amax);
+                    bool want_amax, NanAmax nan);
 
 /// out[i] = out.dtype(fp8_bits_to_float(q[i], format) * scale_inv), rounded to nearest even.
 void dequantize_span(const std::uint8_t* q, Fp8Format format, float scale_inv,
@@ -25,10 +26,11 @@ void dequantize_span(const std::uint8_t* q, Fp8Format format, float scale_inv,
 
 /// The MX blocks first_block .. last_block - 1 of x read as rows of `cols` (ceil(cols / 32)
 /// blocks a row, numbered row by row): each block's exponent into scales[block], its elements
-/// into q (core::quantize_mxfp8_). x.data and q are the whole tensor's.
+/// into q (core::quantize_mxfp8_, NaN elements as `nan` says). x.data and q are the whole
+/// tensor's.
 void quantize_mx_blocks(const TensorView& x, std::int64_t cols, std::uint8_t* q,
-                        std::uint8_t* scales, Fp8Format format, std::int64_t first_block,
-                        std::int64_t last_block);
+                        std::uint8_t* scales, Fp8Format format, NanAmax nan,
+                        std::int64_t first_block, std::int64_t last_block);
 
 /// core::dequantize_mxfp8_ of the blocks first_block .. last_block - 1 (out: the whole tensor).
 void dequantize_mx_blocks(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,

@@ -76,8 +76,10 @@ __device__ void record_amax(float* amax, std::uint32_t block_bits) {
 
 template <DType kType>
 __global__ void __launch_bounds__(kFp8Threads)
-    amax_kernel(const typename Fp8Io<kType>::Storage* x, std::int64_t n, float* amax) {
-  const std::uint32_t bits = block_max(amax_share<kType>(x, n, thread_index(), thread_count()));
+    amax_kernel(const typename Fp8Io<kType>::Storage* x, std::int64_t n, float* amax,
+                bool skip_nan) {
+  const std::uint32_t bits =
+      block_max(amax_share<kType>(x, n, thread_index(), thread_count(), skip_nan));
   record_amax(amax, bits);
 }
 
@@ -85,10 +87,10 @@ __global__ void __launch_bounds__(kFp8Threads)
 template <DType kType, Fp8Format kFormat, bool kAmax>
 __global__ void __launch_bounds__(kFp8Threads)
     quantize_kernel(const typename Fp8Io<kType>::Storage* x, std::uint8_t* q, std::int64_t n,
-                    const float* scale, float* amax) {
+                    const float* scale, float* amax, bool skip_nan) {
   const float s = *scale;  // every thread reads it; it hits in cache
   const std::uint32_t bits =
-      quantize_share<kType, kFormat, kAmax>(x, q, n, s, thread_index(), thread_count());
+      quantize_share<kType, kFormat, kAmax>(x, q, n, s, thread_index(), thread_count(), skip_nan);
   if (kAmax) record_amax(amax, block_max(bits));
 }
 
@@ -119,13 +121,14 @@ __global__ void __launch_bounds__(kFp8Threads)
 template <DType kType, Fp8Format kFormat>
 __global__ void __launch_bounds__(kFp8Threads)
     quantize_mxfp8_kernel(const typename Fp8Io<kType>::Storage* x, std::int64_t cols,
-                          std::int64_t mx_blocks, std::uint8_t* q, std::uint8_t* scales) {
+                          std::int64_t mx_blocks, std::uint8_t* q, std::uint8_t* scales,
+                          bool skip_nan) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (MxWalk walk(cols, thread_index() / 32, thread_count() / 32); walk.block() < mx_blocks;
        walk.next()) {
     const MxBlockSpan span = walk.span();
     const float v = mx_lane_load<kType>(x, span, lane);
-    std::uint32_t bits = abs_bits(v);
+    std::uint32_t bits = amax_candidate(v, skip_nan);
     for (int offset = 16; offset > 0; offset /= 2) {
       bits = max_bits(bits, __shfl_xor_sync(0xffffffffu, bits, offset));
     }
@@ -189,31 +192,32 @@ using StorageOf = typename Fp8Io<kType>::Storage;
 
 }  // namespace
 
-void amax(const TensorView& x, float* amax, void* stream) {
+void amax(const TensorView& x, float* amax, NanAmax nan, void* stream) {
   if (x.numel == 0) return;  // max with nothing: *amax unchanged
   const auto s = static_cast<cudaStream_t>(stream);
   with_types(x.dtype, Fp8Format::kE4M3, [&](auto type, auto) {
     constexpr DType kType = decltype(type)::value;
     amax_kernel<kType><<<blocks_for(x.numel), kFp8Threads, 0, s>>>(
-        static_cast<const StorageOf<kType>*>(x.data), x.numel, amax);
+        static_cast<const StorageOf<kType>*>(x.data), x.numel, amax, nan == NanAmax::kIgnore);
   });
   check(cudaGetLastError(), "fp8 amax_kernel launch");
 }
 
 void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, const float* scale,
-                  float* amax, void* stream) {
+                  float* amax, NanAmax nan, void* stream) {
   if (x.numel == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
+  const bool skip_nan = nan == NanAmax::kIgnore;
   with_types(x.dtype, format, [&](auto type, auto fmt) {
     constexpr DType kType = decltype(type)::value;
     constexpr Fp8Format kFormat = decltype(fmt)::value;
     const auto* data = static_cast<const StorageOf<kType>*>(x.data);
     if (amax != nullptr) {
       quantize_kernel<kType, kFormat, true>
-          <<<blocks_for(x.numel), kFp8Threads, 0, s>>>(data, q, x.numel, scale, amax);
+          <<<blocks_for(x.numel), kFp8Threads, 0, s>>>(data, q, x.numel, scale, amax, skip_nan);
     } else {
       quantize_kernel<kType, kFormat, false>
-          <<<blocks_for(x.numel), kFp8Threads, 0, s>>>(data, q, x.numel, scale, nullptr);
+          <<<blocks_for(x.numel), kFp8Threads, 0, s>>>(data, q, x.numel, scale, nullptr, false);
     }
   });
   check(cudaGetLastError(), "fp8 quantize_kernel launch");
@@ -225,7 +229,7 @@ void quantize_fp8_current(const TensorView& x, std::uint8_t* q, Fp8Format format
   const auto s = static_cast<cudaStream_t>(stream);
   // *amax = max |x|, overwritten: zeroed on the stream, then accumulated by the amax kernel.
   check(cudaMemsetAsync(amax, 0, sizeof(float), s), "fp8 current scaling: cudaMemsetAsync of amax");
-  cuda::amax(x, amax, stream);  // qualified: the parameter `amax` hides the function
+  cuda::amax(x, amax, rule.nan, stream);  // qualified: the parameter `amax` hides the function
   // Launched even for an empty x: it still writes the scale of amax 0.
   with_types(x.dtype, format, [&](auto type, auto fmt) {
     constexpr DType kType = decltype(type)::value;
@@ -250,7 +254,7 @@ void dequantize_fp8(const std::uint8_t* q, Fp8Format format, const float* scale_
 }
 
 void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
-                    Fp8Format format, void* stream) {
+                    Fp8Format format, NanAmax nan, void* stream) {
   if (x.numel == 0) return;
   MIXPREC_INTERNAL_ASSERT(cols > 0 && x.numel % cols == 0);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -261,7 +265,8 @@ void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std
     constexpr DType kType = decltype(type)::value;
     constexpr Fp8Format kFormat = decltype(fmt)::value;
     quantize_mxfp8_kernel<kType, kFormat><<<blocks, kFp8Threads, 0, s>>>(
-        static_cast<const StorageOf<kType>*>(x.data), cols, mx_blocks, q, scales);
+        static_cast<const StorageOf<kType>*>(x.data), cols, mx_blocks, q, scales,
+        nan == NanAmax::kIgnore);
   });
   check(cudaGetLastError(), "fp8 quantize_mxfp8_kernel launch");
 }

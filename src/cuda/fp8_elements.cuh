@@ -51,6 +51,13 @@ MIXPREC_HOST_DEVICE inline std::uint32_t canonical_amax_bits(std::uint32_t bits)
   return bits > 0x7f800000u ? 0x7fc00000u : bits;
 }
 
+/// abs_bits(v) as a candidate for an amax: 0 for a NaN when NaNs are skipped (NanAmax::kIgnore,
+/// TE's fmaxf), so the max of the candidates is the max over the other elements.
+MIXPREC_HOST_DEVICE inline std::uint32_t amax_candidate(float v, bool skip_nan) {
+  const std::uint32_t a = abs_bits(v);
+  return skip_nan && a > 0x7f800000u ? 0u : a;
+}
+
 /// The larger of two abs_bits values.
 MIXPREC_HOST_DEVICE inline std::uint32_t max_bits(std::uint32_t a, std::uint32_t b) {
   return a > b ? a : b;
@@ -111,12 +118,13 @@ struct Fp8Io<DType::kBFloat16> {
 constexpr int kUnroll = 4;
 
 /// A grid-stride share of a per-tensor quantize: elements first, first + stride, ... of n.
-/// q[i] = float_to_fp8_bits(float(x[i]) * scale); returns the max of abs_bits(float(x[i])) over
-/// the share (0 for an empty one) when kAmax, else 0.
+/// q[i] = float_to_fp8_bits(float(x[i]) * scale); returns the max of amax_candidate(float(x[i]),
+/// skip_nan) over the share (0 for an empty one) when kAmax, else 0.
 template <DType kType, Fp8Format kFormat, bool kAmax>
 MIXPREC_HOST_DEVICE std::uint32_t quantize_share(const typename Fp8Io<kType>::Storage* x,
                                                  std::uint8_t* q, std::int64_t n, float scale,
-                                                 std::int64_t first, std::int64_t stride) {
+                                                 std::int64_t first, std::int64_t stride,
+                                                 bool skip_nan = false) {
   std::uint32_t amax = 0;
   for (std::int64_t base = first; base < n; base += kUnroll * stride) {
     float v[kUnroll];
@@ -127,24 +135,25 @@ MIXPREC_HOST_DEVICE std::uint32_t quantize_share(const typename Fp8Io<kType>::St
     for (int k = 0; k < kUnroll; ++k) {
       const std::int64_t i = base + k * stride;
       if (i >= n) break;
-      if (kAmax) amax = max_bits(amax, abs_bits(v[k]));
+      if (kAmax) amax = max_bits(amax, amax_candidate(v[k], skip_nan));
       q[i] = float_to_fp8_bits(cpu_mul(v[k], scale), kFormat);
     }
   }
   return amax;
 }
 
-/// A grid-stride share of amax: the max of abs_bits(float(x[i])) (0 for an empty share).
+/// A grid-stride share of amax: the max of amax_candidate(float(x[i]), skip_nan) (0 for an empty
+/// share).
 template <DType kType>
 MIXPREC_HOST_DEVICE std::uint32_t amax_share(const typename Fp8Io<kType>::Storage* x,
                                              std::int64_t n, std::int64_t first,
-                                             std::int64_t stride) {
+                                             std::int64_t stride, bool skip_nan = false) {
   std::uint32_t amax = 0;
   for (std::int64_t base = first; base < n; base += kUnroll * stride) {
     std::uint32_t bits[kUnroll];
     for (int k = 0; k < kUnroll; ++k) {
       const std::int64_t i = base + k * stride;
-      bits[k] = i < n ? abs_bits(Fp8Io<kType>::load(x[i])) : 0u;
+      bits[k] = i < n ? amax_candidate(Fp8Io<kType>::load(x[i]), skip_nan) : 0u;
     }
     for (int k = 0; k < kUnroll; ++k) amax = max_bits(amax, bits[k]);
   }
@@ -232,7 +241,7 @@ MIXPREC_HOST_DEVICE float mx_lane_load(const typename Fp8Io<kType>::Storage* x,
   return lane < span.size ? Fp8Io<kType>::load(x[span.begin + lane]) : 0.0f;
 }
 
-/// After the group's max of abs_bits (`amax_bits`, the same in every lane): the block's E8M0
+/// After the group's max of amax_candidate (`amax_bits`, the same in every lane): the block's E8M0
 /// exponent (lane 0 stores it) and lane `lane`'s element, stored as
 /// float_to_fp8_bits(v * e8m0_to_inverse(e)), or 0x7f in a block holding inf or NaN (e = 0xff;
 /// Note [NaN bits of the CUDA FP8 kernels]).

@@ -37,16 +37,16 @@ void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& h
 // quantize_mxfp8_, dequantize_mxfp8_ and delayed_scaling_update_ on the current device, queued on
 // `stream`; every pointer is device memory, except `tensors` of delayed_scaling_update (host
 // memory, the pointers in it device memory).
-void amax(const TensorView& x, float* amax, void* stream);
+void amax(const TensorView& x, float* amax, NanAmax nan, void* stream);
 void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, const float* scale,
-                  float* amax, void* stream);
+                  float* amax, NanAmax nan, void* stream);
 void quantize_fp8_current(const TensorView& x, std::uint8_t* q, Fp8Format format,
                           const CurrentScaling& rule, float* scale, float* scale_inv, float* amax,
                           void* stream);
 void dequantize_fp8(const std::uint8_t* q, Fp8Format format, const float* scale_inv,
                     const TensorView& out, void* stream);
 void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
-                    Fp8Format format, void* stream);
+                    Fp8Format format, NanAmax nan, void* stream);
 void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
                       Fp8Format format, const TensorView& out, void* stream);
 void delayed_scaling_update(const DelayedTensor* tensors, std::size_t count,

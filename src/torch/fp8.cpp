@@ -29,12 +29,17 @@ at::ScalarType to_dtype(core::Fp8Format format) {
   return format == core::Fp8Format::kE4M3 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
 }
 
+core::NanAmax core_nan(NanAmax nan) {
+  return nan == NanAmax::kIgnore ? core::NanAmax::kIgnore : core::NanAmax::kPropagate;
+}
+
 core::DelayedScaling delayed_rule(const RecipeOptions& options) {
   core::DelayedScaling rule;
   rule.history_len = options.amax_history_len();
   rule.algo = options.amax_compute_algo() == AmaxAlgo::kMax ? core::AmaxAlgo::kMax
                                                             : core::AmaxAlgo::kMostRecent;
   rule.margin = options.margin();
+  rule.nan = core_nan(options.nan_amax());
   return rule;
 }
 
@@ -42,6 +47,7 @@ core::CurrentScaling current_rule(const RecipeOptions& options) {
   core::CurrentScaling rule;
   rule.eps = static_cast<float>(options.eps());
   rule.power_of_2_scales = options.power_of_2_scales();
+  rule.nan = core_nan(options.nan_amax());
   return rule;
 }
 
@@ -119,7 +125,7 @@ at::Tensor amax(const at::Tensor& x) {
 namespace {
 
 at::Tensor quantize_impl(const at::Tensor& x, const at::Tensor& scale, at::ScalarType fp8_dtype,
-                         const at::Tensor* amax_slot, const char* who) {
+                         const at::Tensor* amax_slot, NanAmax nan, const char* who) {
   const core::Fp8Format format = detail::to_core_format(fp8_dtype, who);
   TORCH_CHECK(x.defined(), who, ": expected a defined tensor");
   check_scalar(scale, who, "scale", x.device());
@@ -131,7 +137,8 @@ at::Tensor quantize_impl(const at::Tensor& x, const at::Tensor& scale, at::Scala
   const core::TensorView view = mixprec::detail::to_view(input, who);
   float* slot = amax_slot != nullptr ? amax_slot->data_ptr<float>() : nullptr;
   mixprec::detail::on_device(x.device(), [&](void* stream) {
-    core::quantize_fp8_(view, bytes(q), format, scale.data_ptr<float>(), slot, stream);
+    core::quantize_fp8_(view, bytes(q), format, scale.data_ptr<float>(), slot, stream,
+                        detail::core_nan(nan));
   });
   if (amax_slot != nullptr) mixprec::detail::bump_version(*amax_slot);
   return q;
@@ -140,12 +147,13 @@ at::Tensor quantize_impl(const at::Tensor& x, const at::Tensor& scale, at::Scala
 }  // namespace
 
 at::Tensor quantize(const at::Tensor& x, const at::Tensor& scale, at::ScalarType fp8_dtype) {
-  return quantize_impl(x, scale, fp8_dtype, nullptr, "fp8::quantize");
+  return quantize_impl(x, scale, fp8_dtype, nullptr, NanAmax::kPropagate, "fp8::quantize");
 }
 
 at::Tensor quantize_and_record_amax(const at::Tensor& x, const at::Tensor& scale,
-                                    at::ScalarType fp8_dtype, const at::Tensor& amax_slot) {
-  return quantize_impl(x, scale, fp8_dtype, &amax_slot, "fp8::quantize_and_record_amax");
+                                    at::ScalarType fp8_dtype, const at::Tensor& amax_slot,
+                                    NanAmax nan) {
+  return quantize_impl(x, scale, fp8_dtype, &amax_slot, nan, "fp8::quantize_and_record_amax");
 }
 
 at::Tensor detail::quantize_current(const at::Tensor& x, at::ScalarType fp8_dtype,
@@ -196,7 +204,7 @@ std::vector<std::int64_t> scales_shape(at::IntArrayRef sizes) {
 }
 }  // namespace
 
-MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype) {
+MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype, NanAmax nan) {
   constexpr const char* kWho = "fp8::quantize_mxfp8";
   const core::Fp8Format format = detail::to_core_format(fp8_dtype, kWho);
   TORCH_CHECK(x.defined(), kWho, ": expected a defined tensor");
@@ -210,7 +218,8 @@ MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype) {
   const core::TensorView view = mixprec::detail::to_view(input, kWho);
   const std::int64_t cols = x.size(-1);
   mixprec::detail::on_device(x.device(), [&](void* stream) {
-    core::quantize_mxfp8_(view, cols, bytes(out.data), bytes(out.scales), format, stream);
+    core::quantize_mxfp8_(view, cols, bytes(out.data), bytes(out.scales), format, stream,
+                          detail::core_nan(nan));
   });
   return out;
 }
@@ -344,7 +353,8 @@ Autocast::Autocast(Recipe& recipe) : recipe_(&recipe), outer_(innermost) {
   for (const Autocast* a = outer_; a != nullptr && !nested; a = a->outer_) {
     nested = a->recipe_->state() == recipe.state();
   }
-  if (!nested) recipe.update();
+  // TE's fp8_autocast updates only with grad enabled: an eval scope neither rolls nor rescales.
+  if (!nested && at::GradMode::is_enabled()) recipe.update();
   innermost = this;
 }
 

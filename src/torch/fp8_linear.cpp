@@ -39,6 +39,7 @@ constexpr int kGradOutput = 2;
 struct Plan : torch::CustomClassHolder {
   std::shared_ptr<detail::RecipeState> state;
   Scaling scaling = Scaling::kDelayed;
+  NanAmax nan_amax = NanAmax::kIgnore;
   core::Fp8Format grad_format = core::Fp8Format::kE4M3;
   at::Tensor amax_history, scale, scale_inv;  // the module's buffers
   at::ScalarType compute_dtype = at::kFloat;  // the input's dtype
@@ -59,8 +60,8 @@ Cast cast(const Plan& plan, const at::Tensor& x, int column, core::Fp8Format for
     case Scaling::kDelayed: {
       // The scale of the last update; this cast's amax goes to slot 0 (max with earlier casts of
       // the iteration), and the tensor to the recipe's next update.
-      at::Tensor q =
-          quantize_and_record_amax(x, plan.scale[column], dtype, plan.amax_history[0][column]);
+      at::Tensor q = quantize_and_record_amax(x, plan.scale[column], dtype,
+                                              plan.amax_history[0][column], plan.nan_amax);
       plan.state->record({plan.amax_history, plan.scale, plan.scale_inv, column, format});
       // A copy: an update before backward must not change how the saved q is read.
       return {std::move(q), plan.scale_inv[column].clone()};
@@ -131,12 +132,12 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
       // Blocks along the reduction dim of each GEMM (TE's rowwise / columnwise MXFP8 copies):
       // forward reduces over in_features; backward's grad_input over out_features (weight^T
       // blocks) and grad_weight over the batch (input^T blocks), saved only when needed.
-      const MxTensor xr = quantize_mxfp8(x, at::kFloat8_e4m3fn);
-      const MxTensor wr = quantize_mxfp8(weight, at::kFloat8_e4m3fn);
+      const MxTensor xr = quantize_mxfp8(x, at::kFloat8_e4m3fn, plan->nan_amax);
+      const MxTensor wr = quantize_mxfp8(weight, at::kFloat8_e4m3fn, plan->nan_amax);
       y = at::linear(dequantize_mxfp8(xr, dtype), dequantize_mxfp8(wr, dtype), bias_c);
       MxTensor xc, wc;
-      if (plan->weight_grad) xc = quantize_mxfp8(x.t(), at::kFloat8_e4m3fn);
-      if (plan->input_grad) wc = quantize_mxfp8(weight.t(), at::kFloat8_e4m3fn);
+      if (plan->weight_grad) xc = quantize_mxfp8(x.t(), at::kFloat8_e4m3fn, plan->nan_amax);
+      if (plan->input_grad) wc = quantize_mxfp8(weight.t(), at::kFloat8_e4m3fn, plan->nan_amax);
       ctx->save_for_backward({xc.data, xc.scales, wc.data, wc.scales});
     } else {
       const Cast cx = cast(*plan, x, kInput, core::Fp8Format::kE4M3);
@@ -171,11 +172,11 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
     if (plan->scaling == Scaling::kMxfp8) {
       const at::ScalarType e4m3 = at::kFloat8_e4m3fn;
       if (need_x) {
-        const at::Tensor g = dequantize_mxfp8(quantize_mxfp8(grad, e4m3), dtype);
+        const at::Tensor g = dequantize_mxfp8(quantize_mxfp8(grad, e4m3, plan->nan_amax), dtype);
         grad_input = g.mm(dequantize_mxfp8({saved[2], saved[3]}, dtype).t());
       }
       if (need_w) {
-        const at::Tensor gt = dequantize_mxfp8(quantize_mxfp8(grad.t(), e4m3), dtype);
+        const at::Tensor gt = dequantize_mxfp8(quantize_mxfp8(grad.t(), e4m3, plan->nan_amax), dtype);
         grad_weight = gt.mm(dequantize_mxfp8({saved[0], saved[1]}, dtype).t());
       }
     } else if (need_x || need_w) {
@@ -266,6 +267,7 @@ at::Tensor LinearImpl::forward(const at::Tensor& input) {
   auto plan = c10::make_intrusive<Plan>();
   plan->state = recipe->state();
   plan->scaling = opts.scaling();
+  plan->nan_amax = opts.nan_amax();
   plan->grad_format = detail::grad_format(opts);
   plan->amax_history = amax_history;
   plan->scale = scale;

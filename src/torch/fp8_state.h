@@ -22,6 +22,9 @@ core::Fp8Format to_core_format(at::ScalarType dtype, const char* who);
 /// The float8 dtype of a core format.
 at::ScalarType to_dtype(core::Fp8Format format);
 
+/// The core's NaN policy of a public one.
+core::NanAmax core_nan(NanAmax nan);
+
 /// The core's settings of the delayed rule for these options.
 core::DelayedScaling delayed_rule(const RecipeOptions& options);
 

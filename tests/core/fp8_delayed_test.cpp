@@ -1,7 +1,7 @@
-// delayed_scaling_update_ against Transformer Engine's published rule, written out here
-// (transformer_engine/pytorch/fp8.py: _default_get_amax_and_update_history, _update_amax_history
-// and _default_sf_compute), not through src/core/fp8_ops.h; and the FP8 kernels' argument checks
-// at the dispatch point (src/core/kernels.cpp): each bad call throws core::Error naming the call.
+// delayed_scaling_update_ against Transformer Engine's fused kernel, written out here from
+// transformer_engine/common/recipe/delayed_scaling.cu (kernel_bulk), not through
+// src/core/fp8_ops.h; and the FP8 kernels' argument checks at the dispatch point
+// (src/core/kernels.cpp): each bad call throws core::Error naming the call.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,19 +30,26 @@ struct TeState {
   float scale_inv = 1.0f;
 };
 
-// TE, once per iteration: amax = torch.max(history, dim=0) ("max", NaN-propagating) or history[0]
-// ("most_recent"); history = torch.roll(history, -1, 0) then history[0] = 0; then
-// sf = (fp8_max / amax) / 2**margin, kept at the old scale where amax <= 0 or is not finite, and
-// replaced by torch.finfo(float32).max where infinite; scale_inv = 1 / scale.
-void te_update(TeState& s, float fp8_max, int margin, bool most_recent) {
+// TE's fused kernel, once per iteration: last = history[0]; when last is 0 nothing changes (no
+// roll, the same scale). Else amax = fmaxf over the history from 0 ("max": NaN slots skipped; or
+// NaN-propagating as torch.max when `propagate`, NanAmax::kPropagate) or last ("most_recent");
+// the roll (h[i] = h[i + 1], the last slot takes last, h[0] = 0); sf = scaled_max / amax with
+// scaled_max = fp8_max * 2^-margin, kept at the old scale where amax <= 0 or is not finite, and
+// FLT_MAX where infinite; scale_inv = 1 / scale.
+void te_update(TeState& s, float fp8_max, int margin, bool most_recent, bool propagate) {
   std::vector<float>& h = s.history;
-  float amax = h[0];
-  if (!most_recent) {
-    for (float v : h) amax = (std::isnan(amax) || std::isnan(v)) ? kNaN : std::max(amax, v);
+  const float last = h[0];
+  if (last == 0.0f) return;
+  float amax = 0.0f;
+  for (float v : h) {
+    amax = propagate ? ((std::isnan(amax) || std::isnan(v)) ? kNaN : std::max(amax, v))
+                     : std::fmax(amax, v);
   }
-  std::rotate(h.begin(), h.begin() + 1, h.end());  // torch.roll(h, -1, 0): h[i] = h[i + 1]
+  if (most_recent) amax = last;
+  std::rotate(h.begin(), h.begin() + 1, h.end());  // h[i] = h[i + 1], the last slot takes last
   h[0] = 0.0f;
-  float sf = (fp8_max / amax) / std::pow(2.0f, static_cast<float>(margin));
+  const float scaled_max = fp8_max * std::pow(2.0f, static_cast<float>(-margin));
+  float sf = scaled_max / amax;
   if (!(amax > 0.0f)) sf = s.scale;
   if (!std::isfinite(amax)) sf = s.scale;
   if (std::isinf(sf)) sf = FLT_MAX;
@@ -61,12 +68,13 @@ void expect_same(float got, float want, const std::string& what) {
 // Runs `iterations` of record-then-update for `tensors` tensors interleaved in one buffer (TE's
 // [history_len, num_tensors] layout: stride = tensors), against te_update on each.
 void run_delayed(std::int64_t history_len, int tensors, AmaxAlgo algo, int margin,
-                 const std::vector<float>& amaxes, unsigned seed) {
+                 const std::vector<float>& amaxes, unsigned seed, NanAmax nan) {
   std::mt19937 rng(seed);
   DelayedScaling rule;
   rule.history_len = history_len;
   rule.algo = algo;
   rule.margin = margin;
+  rule.nan = nan;
   std::vector<float> buffer(static_cast<std::size_t>(history_len * tensors), 0.0f);
   std::vector<float> scales(static_cast<std::size_t>(tensors), 1.0f), inverses(scales);
   std::vector<DelayedTensor> views(static_cast<std::size_t>(tensors));
@@ -84,10 +92,11 @@ void run_delayed(std::int64_t history_len, int tensors, AmaxAlgo algo, int margi
     }
     delayed_scaling_update_(views.data(), views.size(), rule);
     for (int t = 0; t < tensors; ++t) {
-      te_update(te[t], t % 2 ? 57344.0f : 448.0f, margin, algo == AmaxAlgo::kMostRecent);
+      te_update(te[t], t % 2 ? 57344.0f : 448.0f, margin, algo == AmaxAlgo::kMostRecent,
+                nan == NanAmax::kPropagate);
       const std::string what = "len " + std::to_string(history_len) + " tensor " +
                                std::to_string(t) + " iteration " + std::to_string(it) + " margin " +
-                               std::to_string(margin);
+                               std::to_string(margin) + " nan " + std::to_string(int(nan));
       expect_same(scales[t], te[t].scale, what + " scale");
       expect_same(inverses[t], te[t].scale_inv, what + " scale_inv");
       for (std::int64_t i = 0; i < history_len; ++i) {
@@ -103,16 +112,76 @@ void run_delayed(std::int64_t history_len, int tensors, AmaxAlgo algo, int margi
 const std::vector<float> kAmaxes = {3.0f, 10.0f, 0.5f,   0.0f, 7.25f, kInf,
                                     1.0f, kNaN,  1e-45f, 2.0f, 1e-3f, 300.0f};
 
-TEST(Fp8DelayedTest, MaxAlgoMatchesTransformerEngine) {
-  for (std::int64_t len : {1, 2, 4, 16, 1024}) {
-    for (int margin : {0, 2, -1}) run_delayed(len, 3, AmaxAlgo::kMax, margin, kAmaxes, 1);
+TEST(Fp8DelayedTest, MaxAlgoMatchesTransformerEnginesFusedKernel) {
+  for (NanAmax nan : {NanAmax::kIgnore, NanAmax::kPropagate}) {
+    for (std::int64_t len : {1, 2, 4, 16, 1024}) {
+      for (int margin : {0, 2, -1}) run_delayed(len, 3, AmaxAlgo::kMax, margin, kAmaxes, 1, nan);
+    }
   }
 }
 
-TEST(Fp8DelayedTest, MostRecentAlgoMatchesTransformerEngine) {
-  for (std::int64_t len : {1, 3, 1024}) {
-    for (int margin : {0, 1}) run_delayed(len, 2, AmaxAlgo::kMostRecent, margin, kAmaxes, 2);
+TEST(Fp8DelayedTest, MostRecentAlgoMatchesTransformerEnginesFusedKernel) {
+  for (NanAmax nan : {NanAmax::kIgnore, NanAmax::kPropagate}) {
+    for (std::int64_t len : {1, 3, 1024}) {
+      for (int margin : {0, 1}) {
+        run_delayed(len, 2, AmaxAlgo::kMostRecent, margin, kAmaxes, 2, nan);
+      }
+    }
   }
+}
+
+// One NaN amax: skipped by the window's max (TE), or holding the scale for the whole window.
+TEST(Fp8DelayedTest, ANanAmaxFreezesTheScaleForTheWindowOnlyWhenPropagated) {
+  for (NanAmax nan : {NanAmax::kIgnore, NanAmax::kPropagate}) {
+    std::vector<float> h(8, 0.0f);
+    float scale = 1.0f, scale_inv = 1.0f;
+    const DelayedTensor t{h.data(), 1, &scale, &scale_inv, Fp8Format::kE4M3};
+    DelayedScaling rule;
+    rule.history_len = 8;
+    rule.nan = nan;
+    h[0] = 2.0f;
+    delayed_scaling_update_(&t, 1, rule);
+    ASSERT_EQ(scale, 224.0f);
+    h[0] = kNaN;
+    delayed_scaling_update_(&t, 1, rule);
+    EXPECT_EQ(scale, 224.0f) << "max(2, NaN): 2 or NaN, either keeps 224";
+    h[0] = 1.0f;  // the 2 is still in the window
+    delayed_scaling_update_(&t, 1, rule);
+    EXPECT_EQ(scale, 224.0f);
+    for (int i = 0; i < 6; ++i) {  // the 2 leaves the window; the NaN one update later
+      h[0] = 1.0f;
+      delayed_scaling_update_(&t, 1, rule);
+    }
+    EXPECT_EQ(scale, nan == NanAmax::kIgnore ? 448.0f : 224.0f)
+        << "kIgnore: the window's max is 1 once the 2 has left; kPropagate: the NaN still in it";
+    h[0] = 1.0f;
+    delayed_scaling_update_(&t, 1, rule);
+    EXPECT_EQ(scale, 448.0f) << "the NaN has left the window";
+  }
+}
+
+// TE PR #825's fused kernel: a tensor whose slot 0 is 0 (cast, but only zeros) keeps its history
+// and its scale; TE's unfused Python path would roll it.
+TEST(Fp8DelayedTest, AZeroAmaxNeitherRollsNorRescales) {
+  std::vector<float> h = {0.0f, 10.0f, 5.0f, 3.0f};
+  float scale = 7.0f, scale_inv = 0.125f;
+  const DelayedTensor t{h.data(), 1, &scale, &scale_inv, Fp8Format::kE4M3};
+  DelayedScaling rule;
+  rule.history_len = 4;
+  delayed_scaling_update_(&t, 1, rule);
+  EXPECT_EQ(h, (std::vector<float>{0.0f, 10.0f, 5.0f, 3.0f}));
+  EXPECT_EQ(scale, 7.0f);
+  EXPECT_EQ(scale_inv, 0.125f) << "left as it was, not recomputed";
+}
+
+// The fused kernel's (fp8_max * 2^-margin) / amax, one rounding, where TE's Python path,
+// (fp8_max / amax) / 2^margin, overflows first: 448 / amax is inf, 112 / amax is finite.
+TEST(Fp8DelayedTest, TheMarginScalesTheMaximumBeforeTheDivision) {
+  const float amax = 448.0f / FLT_MAX * 0.75f;  // 448 / amax > FLT_MAX > 112 / amax
+  ASSERT_TRUE(std::isinf(448.0f / amax));
+  EXPECT_EQ(delayed_scale(amax, 1.0f, 448.0f, 2), 112.0f / amax);
+  EXPECT_TRUE(std::isfinite(112.0f / amax));
+  EXPECT_EQ(delayed_scale(amax, 1.0f, 448.0f, 0), FLT_MAX);
 }
 
 TEST(Fp8DelayedTest, WorkedExample) {
@@ -126,10 +195,11 @@ TEST(Fp8DelayedTest, WorkedExample) {
   EXPECT_EQ(scale, 448.0f / 10.0f);
   EXPECT_EQ(scale_inv, 1.0f / (448.0f / 10.0f));
   EXPECT_EQ(h, (std::vector<float>{0.0f, 5.0f, 0.0f, 3.0f}));
-  // All zero now but slot 0's 0: amax 5 (from the history), then nothing left but zeros.
+  // This iteration's amax 1: amax 5 (from the history), then [5, 0, 3, 1] with slot 0 zeroed.
+  h[0] = 1.0f;
   delayed_scaling_update_(&t, 1, rule);
   EXPECT_EQ(scale, 448.0f / 5.0f);
-  EXPECT_EQ(h, (std::vector<float>{0.0f, 0.0f, 3.0f, 0.0f}));
+  EXPECT_EQ(h, (std::vector<float>{0.0f, 0.0f, 3.0f, 1.0f}));
   h = {0.0f, 0.0f, 0.0f, 0.0f};
   delayed_scaling_update_(&t, 1, rule);
   EXPECT_EQ(scale, 448.0f / 5.0f) << "an all-zero history keeps the scale";
@@ -173,11 +243,20 @@ TEST(Fp8ArgsTest, PerTensorCallsRefuseBadArguments) {
                "quantize_fp8_: scale must not be null");
   EXPECT_ERROR(quantize_fp8_(v, q.data(), bad_format, &scale),
                "quantize_fp8_: unsupported FP8 format 5");
+  const auto bad_nan = static_cast<NanAmax>(2);
+  EXPECT_ERROR(amax_(v, &amax, nullptr, bad_nan), "amax_: unsupported NanAmax 2");
+  EXPECT_ERROR(quantize_fp8_(v, q.data(), Fp8Format::kE4M3, &scale, &amax, nullptr, bad_nan),
+               "quantize_fp8_: unsupported NanAmax 2");
   EXPECT_ERROR(quantize_fp8_(bad_dtype, q.data(), Fp8Format::kE4M3, &scale),
                "quantize_fp8_: x has an unsupported dtype");
   EXPECT_ERROR(
       quantize_fp8_current_(v, q.data(), Fp8Format::kE4M3, rule, nullptr, &scale_inv, &amax),
       "quantize_fp8_current_: scale, scale_inv and amax must not be null");
+  CurrentScaling bad_rule;
+  bad_rule.nan = static_cast<NanAmax>(9);
+  EXPECT_ERROR(
+      quantize_fp8_current_(v, q.data(), Fp8Format::kE4M3, bad_rule, &scale, &scale_inv, &amax),
+      "quantize_fp8_current_: unsupported NanAmax 9");
   EXPECT_ERROR(
       quantize_fp8_current_(v, q.data(), Fp8Format::kE4M3, rule, &scale, &scale_inv, nullptr),
       "quantize_fp8_current_: scale, scale_inv and amax must not be null");
@@ -221,6 +300,9 @@ TEST(Fp8ArgsTest, MxCallsRefuseBadShapes) {
                "dequantize_mxfp8_: out has 10 elements, not a multiple of cols = 4");
   EXPECT_ERROR(quantize_mxfp8_(v, 5, q.data(), nullptr, Fp8Format::kE4M3),
                "quantize_mxfp8_: scales is null");
+  EXPECT_ERROR(quantize_mxfp8_(v, 5, q.data(), scales.data(), Fp8Format::kE4M3, nullptr,
+                               static_cast<NanAmax>(3)),
+               "quantize_mxfp8_: unsupported NanAmax 3");
   EXPECT_ERROR(quantize_mxfp8_(v, 5, nullptr, scales.data(), Fp8Format::kE4M3),
                "quantize_mxfp8_: q is null");
   EXPECT_ERROR(dequantize_mxfp8_(q.data(), nullptr, 5, Fp8Format::kE4M3, v),
@@ -250,6 +332,9 @@ TEST(Fp8ArgsTest, DelayedUpdateRefusesBadState) {
   bad = rule;
   bad.algo = static_cast<AmaxAlgo>(4);
   EXPECT_ERROR(delayed_scaling_update_(&good, 1, bad), who + "unsupported AmaxAlgo 4");
+  bad = rule;
+  bad.nan = static_cast<NanAmax>(7);
+  EXPECT_ERROR(delayed_scaling_update_(&good, 1, bad), who + "unsupported NanAmax 7");
   DelayedTensor t = good;
   t.amax_history = nullptr;
   const DelayedTensor two[2] = {good, t};

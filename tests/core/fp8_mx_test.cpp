@@ -42,8 +42,10 @@ struct MxReference {
   std::vector<std::uint8_t> q, scales;
 };
 
-// The reference quantization of x as rows of `cols`.
-MxReference reference_mx(const Typed& x, std::int64_t cols, Fp8Format f) {
+// The reference quantization of x as rows of `cols`. With NanAmax::kIgnore (TE's fmaxf block
+// amax) a NaN element is left out of its block's amax and becomes the format's NaN with its sign.
+MxReference reference_mx(const Typed& x, std::int64_t cols, Fp8Format f,
+                         NanAmax nan = NanAmax::kPropagate) {
   const std::int64_t per_row = (cols + 31) / 32;
   const std::int64_t rows = x.numel() / cols;
   MxReference out{std::vector<std::uint8_t>(static_cast<std::size_t>(x.numel())),
@@ -56,6 +58,7 @@ MxReference reference_mx(const Typed& x, std::int64_t cols, Fp8Format f) {
       bool nonfinite = false;
       for (std::int64_t i = begin; i < end; ++i) {
         const float a = std::fabs(x.as_float(i));
+        if (std::isnan(a) && nan == NanAmax::kIgnore) continue;
         nonfinite |= !std::isfinite(a);
         amax = std::max(amax, a);
       }
@@ -153,40 +156,45 @@ TEST(Fp8MxTest, QuantizeMatchesTheReferenceOnEveryTargetDtypeShapeAndThreadCount
         return t;
       }();
       for (Fp8Format f : ref::kFormats) {
-        const MxReference want = reference_mx(x, s.cols, f);
-        for_each_backend([&](const std::string& backend) {
-          for (int threads : threaded ? std::vector<int>{1, 2, 3} : std::vector<int>{1}) {
-            const ThreadCount scoped(threads);
-            const std::string what = backend + " " + dtype_name(dtype) + " " + fp8_format_name(f) +
-                                     " " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
-                                     " threads=" + std::to_string(threads);
-            std::vector<std::uint8_t> q(want.q.size() + 8, 0x5a),
-                scales(want.scales.size() + 8, 0x5a);
-            quantize_mxfp8_(x.view(), s.cols, q.data(), scales.data(), f);
-            for (std::size_t b = 0; b < want.scales.size(); ++b) {
-              if (scales[b] != want.scales[b]) {
-                ADD_FAILURE() << what << ": block " << b << " exponent " << int{scales[b]}
-                              << ", want " << int{want.scales[b]};
-                break;
+        for (NanAmax nan : {NanAmax::kPropagate, NanAmax::kIgnore}) {
+          const MxReference want = reference_mx(x, s.cols, f, nan);
+          for_each_backend([&](const std::string& backend) {
+            for (int threads : threaded ? std::vector<int>{1, 2, 3} : std::vector<int>{1}) {
+              const ThreadCount scoped(threads);
+              const std::string what = backend + " " + dtype_name(dtype) + " " +
+                                       fp8_format_name(f) + " " + std::to_string(s.rows) + "x" +
+                                       std::to_string(s.cols) +
+                                       " threads=" + std::to_string(threads) +
+                                       (nan == NanAmax::kIgnore ? " kIgnore" : "");
+              std::vector<std::uint8_t> q(want.q.size() + 8, 0x5a),
+                  scales(want.scales.size() + 8, 0x5a);
+              quantize_mxfp8_(x.view(), s.cols, q.data(), scales.data(), f, nullptr, nan);
+              for (std::size_t b = 0; b < want.scales.size(); ++b) {
+                if (scales[b] != want.scales[b]) {
+                  ADD_FAILURE() << what << ": block " << b << " exponent " << int{scales[b]}
+                                << ", want " << int{want.scales[b]};
+                  break;
+                }
+              }
+              for (std::size_t i = 0; i < want.q.size(); ++i) {
+                if (q[i] != want.q[i]) {
+                  ADD_FAILURE() << what << ": element " << i << " ("
+                                << x.value(static_cast<std::int64_t>(i)) << ", block exponent "
+                                << int{want.scales[i / static_cast<std::size_t>(s.cols) *
+                                                       ((s.cols + 31) / 32) +
+                                                   i % static_cast<std::size_t>(s.cols) / 32]}
+                                << ") gave 0x" << std::hex << int{q[i]} << ", want 0x"
+                                << int{want.q[i]};
+                  break;
+                }
+              }
+              for (std::size_t k = 0; k < 8; ++k) {
+                EXPECT_EQ(q[want.q.size() + k], 0x5a) << what << ": wrote past q";
+                EXPECT_EQ(scales[want.scales.size() + k], 0x5a) << what << ": wrote past scales";
               }
             }
-            for (std::size_t i = 0; i < want.q.size(); ++i) {
-              if (q[i] != want.q[i]) {
-                ADD_FAILURE()
-                    << what << ": element " << i << " (" << x.value(static_cast<std::int64_t>(i))
-                    << ", block exponent "
-                    << int{want.scales[i / static_cast<std::size_t>(s.cols) * ((s.cols + 31) / 32) +
-                                       i % static_cast<std::size_t>(s.cols) / 32]}
-                    << ") gave 0x" << std::hex << int{q[i]} << ", want 0x" << int{want.q[i]};
-                break;
-              }
-            }
-            for (std::size_t k = 0; k < 8; ++k) {
-              EXPECT_EQ(q[want.q.size() + k], 0x5a) << what << ": wrote past q";
-              EXPECT_EQ(scales[want.scales.size() + k], 0x5a) << what << ": wrote past scales";
-            }
-          }
-        });
+          });
+        }
       }
     }
   }
@@ -220,6 +228,25 @@ TEST(Fp8MxTest, SpecialBlocksGetTheirExponents) {
   EXPECT_EQ(out.value(128), 448.0);
   EXPECT_EQ(out.value(129), 1.0);
   EXPECT_TRUE(std::signbit(out.value(0)));
+  // TE's block amax skips the NaN (fmaxf): block 3 takes the exponent of its 1s, and only the NaN
+  // element is NaN; the block with inf is still all NaN.
+  quantize_mxfp8_(x.view(), x.numel(), q.data(), scales.data(), Fp8Format::kE4M3, nullptr,
+                  NanAmax::kIgnore);
+  EXPECT_EQ(scales[2], 0xff);
+  EXPECT_EQ(scales[3], te_float_to_e8m0(1.0f / 448.0f));
+  EXPECT_EQ(q[127], 0x7f);
+  EXPECT_EQ(q[96], ref::quantize(std::ldexp(1.0f, 127 - scales[3]), Fp8Format::kE4M3));
+  dequantize_mxfp8_(q.data(), scales.data(), x.numel(), Fp8Format::kE4M3, out.view());
+  EXPECT_TRUE(std::isnan(out.value(127)));
+  EXPECT_EQ(out.value(96), 1.0);
+  // A block of NaNs only: amax 0 (TE: fmaxf(0, NaN) is 0), exponent 0, every element NaN.
+  std::vector<double> nans(32, std::nan(""));
+  Typed all_nan(DType::kFloat32, 32);
+  for (std::int64_t i = 0; i < 32; ++i) all_nan.set(i, nans[static_cast<std::size_t>(i)]);
+  quantize_mxfp8_(all_nan.view(), 32, q.data(), scales.data(), Fp8Format::kE4M3, nullptr,
+                  NanAmax::kIgnore);
+  EXPECT_EQ(scales[0], 0);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(q[static_cast<std::size_t>(i)] & 0x7f, 0x7f) << i;
 }
 
 TEST(Fp8MxTest, DequantizeIsTheCodeTimesTheBlockScale) {

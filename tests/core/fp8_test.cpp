@@ -141,11 +141,13 @@ Typed typed_values(DType dtype, const std::vector<double>& values) {
   return x;
 }
 
-// max |x| as amax_ defines it, from the exact values: NaN if any is, float(max) otherwise.
-float expected_amax(const Typed& x) {
+// max |x| as amax_ defines it, from the exact values: float(max); NaN if any element is NaN
+// (NanAmax::kPropagate), or the max over the others (kIgnore).
+float expected_amax(const Typed& x, NanAmax nan = NanAmax::kPropagate) {
   double m = 0.0;
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     const double a = std::fabs(x.value(i));
+    if (std::isnan(a) && nan == NanAmax::kIgnore) continue;
     if (std::isnan(a)) return kNaN;
     m = std::max(m, a);
   }
@@ -213,6 +215,11 @@ TEST(Fp8KernelTest, QuantizeIsTheScalarCastForEveryTargetDtypeSizeAndThreadCount
               std::fill(q.begin(), q.end(), 0x5a);
               quantize_fp8_(x.view(), q.data(), f, &scale);  // no amax: the same codes
               expect_codes(q, want, x, what + " (no amax)");
+              std::fill(q.begin(), q.end(), 0x5a);
+              amax = 0.0f;  // NaNs skipped (TE): the same codes, the others' amax
+              quantize_fp8_(x.view(), q.data(), f, &scale, &amax, nullptr, NanAmax::kIgnore);
+              expect_codes(q, want, x, what + " (NaNs skipped)");
+              expect_same_float(amax, expected_amax(x, NanAmax::kIgnore), what + " amax kIgnore");
             }
           });
         }
@@ -263,6 +270,16 @@ TEST(Fp8KernelTest, AmaxAccumulatesIntoTheSlotAndPropagatesNaN) {
             std::vector<std::uint8_t> q(static_cast<std::size_t>(n));
             quantize_fp8_(x.view(), q.data(), Fp8Format::kE4M3, &scale, &recorded);
             expect_same_float(recorded, slot, backend + " quantize_fp8_ records the same amax");
+            // TE's kernels (fmaxf) skip a NaN: the amax of the other elements, at least 1 here.
+            const float skipped = std::max(1.0f, expected_amax(x, NanAmax::kIgnore));
+            float ignored = 1.0f;
+            amax_(x.view(), &ignored, nullptr, NanAmax::kIgnore);
+            expect_same_float(ignored, skipped, backend + " amax_ kIgnore");
+            EXPECT_FALSE(std::isnan(ignored)) << backend;
+            ignored = 1.0f;
+            quantize_fp8_(x.view(), q.data(), Fp8Format::kE4M3, &scale, &ignored, nullptr,
+                          NanAmax::kIgnore);
+            expect_same_float(ignored, skipped, backend + " quantize_fp8_ kIgnore");
           });
           x.set(at, saved);
         }
@@ -342,34 +359,39 @@ TEST(Fp8KernelTest, CurrentScalingWritesAmaxScaleScaleInvAndTheCodes) {
       {{1e-40, -2e-41}, 0.0f},           // a subnormal amax: likewise
       {{1e-20, 1e-21}, 1e-12f},          // below eps
       {{1.0, -kInf, 2.0}, 1e-12f},       // inf: scale 1
-      {{1.0, kNaN, 2.0}, 1e-12f},        // NaN: scale 1, amax NaN
+      {{1.0, kNaN, 2.0}, 1e-12f},        // NaN: scale 1, amax NaN (kIgnore: amax 2, scale 224)
       {std::vector<double>(70001, 0.75), 1e-12f},
   };
   for (const Case& c : cases) {
     for (DType dtype : ref::kDTypes) {
       const Typed x = typed_values(dtype, c.values);
-      const float amax_want = expected_amax(x);
-      for (Fp8Format f : ref::kFormats) {
-        for (bool pow2 : {false, true}) {
-          const float scale_want = reference_current_scale(amax_want, f, c.eps, pow2);
-          std::vector<std::uint8_t> want(c.values.size());
-          for (std::size_t i = 0; i < want.size(); ++i)
-            want[i] = float_to_fp8_bits(x.as_float(static_cast<std::int64_t>(i)) * scale_want, f);
-          for_each_backend([&](const std::string& backend) {
-            const std::string what = backend + " " + dtype_name(dtype) + " " + fp8_format_name(f) +
-                                     " amax " + std::to_string(amax_want) + (pow2 ? " pow2" : "");
-            CurrentScaling rule;
-            rule.eps = c.eps;
-            rule.power_of_2_scales = pow2;
-            float scale = 0.0f, scale_inv = 0.0f,
-                  amax = 1e9f;  // amax is overwritten, not accumulated
-            std::vector<std::uint8_t> q(want.size() + 16, 0x5a);
-            quantize_fp8_current_(x.view(), q.data(), f, rule, &scale, &scale_inv, &amax);
-            expect_same_float(amax, amax_want, what + " amax");
-            EXPECT_EQ(scale, scale_want) << what;
-            EXPECT_EQ(scale_inv, 1.0f / scale_want) << what;
-            expect_codes(q, want, x, what);
-          });
+      for (NanAmax nan : {NanAmax::kPropagate, NanAmax::kIgnore}) {
+        const float amax_want = expected_amax(x, nan);
+        for (Fp8Format f : ref::kFormats) {
+          for (bool pow2 : {false, true}) {
+            const float scale_want = reference_current_scale(amax_want, f, c.eps, pow2);
+            std::vector<std::uint8_t> want(c.values.size());
+            for (std::size_t i = 0; i < want.size(); ++i)
+              want[i] = float_to_fp8_bits(x.as_float(static_cast<std::int64_t>(i)) * scale_want, f);
+            for_each_backend([&](const std::string& backend) {
+              const std::string what = backend + " " + dtype_name(dtype) + " " +
+                                       fp8_format_name(f) + " amax " + std::to_string(amax_want) +
+                                       (pow2 ? " pow2" : "") +
+                                       (nan == NanAmax::kIgnore ? " kIgnore" : "");
+              CurrentScaling rule;
+              rule.eps = c.eps;
+              rule.power_of_2_scales = pow2;
+              rule.nan = nan;
+              float scale = 0.0f, scale_inv = 0.0f,
+                    amax = 1e9f;  // amax is overwritten, not accumulated
+              std::vector<std::uint8_t> q(want.size() + 16, 0x5a);
+              quantize_fp8_current_(x.view(), q.data(), f, rule, &scale, &scale_inv, &amax);
+              expect_same_float(amax, amax_want, what + " amax");
+              EXPECT_EQ(scale, scale_want) << what;
+              EXPECT_EQ(scale_inv, 1.0f / scale_want) << what;
+              expect_codes(q, want, x, what);
+            });
+          }
         }
       }
     }

@@ -45,22 +45,28 @@ void check_against_cpu(std::mt19937_64& rng) {
     EXPECT_EQ(static_cast<std::uint32_t>(slot), bits32(amax_cpu)) << "scale " << scale;
     ASSERT_EQ(q_cuda, q_cpu) << "scale " << scale;
   }
-  // Current scaling: amax, the scale rule in every thread, quantize.
-  CurrentScaling rule;
-  rule.power_of_2_scales = kType == DType::kFloat16;
-  float scale_cpu = 0.0f, scale_inv_cpu = 0.0f, amax_cpu = -1.0f;
-  quantize_fp8_current_(view, q_cpu.data(), kFormat, rule, &scale_cpu, &scale_inv_cpu, &amax_cpu);
-  std::uint32_t bits = 0;
-  for (int t = 0; t < 1000; ++t) bits = max_bits(bits, amax_share<kType>(data, n, t, 1000));
-  const float amax_cuda = from_bits32(canonical_amax_bits(bits));
-  const float scale_cuda = current_scale(amax_cuda, fp8_max(kFormat), rule);
-  for (int t = 0; t < 1000; ++t) {
-    quantize_share<kType, kFormat, false>(data, q_cuda.data(), n, scale_cuda, t, 1000);
+  // Current scaling: amax (NaNs skipped or propagated), the scale rule in every thread, quantize.
+  for (NanAmax nan : {NanAmax::kIgnore, NanAmax::kPropagate}) {
+    SCOPED_TRACE(nan == NanAmax::kIgnore ? "kIgnore" : "kPropagate");
+    CurrentScaling rule;
+    rule.power_of_2_scales = kType == DType::kFloat16;
+    rule.nan = nan;
+    float scale_cpu = 0.0f, scale_inv_cpu = 0.0f, amax_cpu = -1.0f;
+    quantize_fp8_current_(view, q_cpu.data(), kFormat, rule, &scale_cpu, &scale_inv_cpu, &amax_cpu);
+    std::uint32_t bits = 0;
+    for (int t = 0; t < 1000; ++t) {
+      bits = max_bits(bits, amax_share<kType>(data, n, t, 1000, nan == NanAmax::kIgnore));
+    }
+    const float amax_cuda = from_bits32(canonical_amax_bits(bits));
+    const float scale_cuda = current_scale(amax_cuda, fp8_max(kFormat), rule);
+    for (int t = 0; t < 1000; ++t) {
+      quantize_share<kType, kFormat, false>(data, q_cuda.data(), n, scale_cuda, t, 1000);
+    }
+    EXPECT_EQ(bits32(amax_cuda), bits32(amax_cpu));
+    EXPECT_EQ(bits32(scale_cuda), bits32(scale_cpu));
+    EXPECT_EQ(bits32(1.0f / scale_cuda), bits32(scale_inv_cpu));
+    ASSERT_EQ(q_cuda, q_cpu);
   }
-  EXPECT_EQ(bits32(amax_cuda), bits32(amax_cpu));
-  EXPECT_EQ(bits32(scale_cuda), bits32(scale_cpu));
-  EXPECT_EQ(bits32(1.0f / scale_cuda), bits32(scale_inv_cpu));
-  ASSERT_EQ(q_cuda, q_cpu);
   // Dequantize every code (and the codes above) into the dtype.
   for (int c = 0; c < 256; ++c) q_cpu[static_cast<std::size_t>(c)] = static_cast<std::uint8_t>(c);
   for (float scale_inv : {1.0f / 3.0f, 1.0f / 448.0f, 2.5e4f}) {

@@ -60,6 +60,17 @@ void check_quantize(std::mt19937_64& rng) {
           EXPECT_EQ((run_quantize<kType, kFormat, false>(x, q2.data(), scale, threads)), 0u);
           ASSERT_EQ(q2, q);
         }
+        {  // NaNs skipped (NanAmax::kIgnore): the max over the other elements, the same codes.
+          std::vector<std::uint8_t> q3(static_cast<std::size_t>(n));
+          EXPECT_EQ((run_quantize<kType, kFormat, true>(x, q3.data(), scale, threads, true)),
+                    bits32(static_cast<float>(ref_amax)));
+          std::uint32_t skipped = 0;
+          const auto* data = static_cast<const typename Fp8Io<kType>::Storage*>(x.data());
+          for (int t = 0; t < threads; ++t) {
+            skipped = max_bits(skipped, amax_share<kType>(data, n, t, threads, true));
+          }
+          EXPECT_EQ(skipped, bits32(static_cast<float>(ref_amax)));
+        }
         // amax_kernel's shares give the fused amax.
         std::uint32_t amax = 0;
         const auto* data = static_cast<const typename Fp8Io<kType>::Storage*>(x.data());
@@ -193,11 +204,12 @@ std::uint8_t ref_mx_exponent(float amax, Fp8Format format) {
   return static_cast<std::uint8_t>(std::min(254, std::max(0, e + 127)));
 }
 
+// skip_nan: NanAmax::kIgnore (TE's fmaxf block amax), else kPropagate.
 template <DType kType, Fp8Format kFormat>
-void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
+void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng, bool skip_nan) {
   using Storage = typename Fp8Io<kType>::Storage;
   SCOPED_TRACE(::testing::Message() << dtype_name(kType) << " " << fp8_format_name(kFormat) << " "
-                                    << rows << "x" << cols);
+                                    << rows << "x" << cols << " skip_nan=" << skip_nan);
   const std::int64_t n = rows * cols, per_row = (cols + 31) / 32, blocks = rows * per_row;
   Tensor x = random_tensor(kType, n, rng, /*specials=*/false);
   // Special blocks (where the tensor has that many): all zero, subnormal floats, near FLT_MAX,
@@ -232,7 +244,7 @@ void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
     }
   }
   std::vector<std::uint8_t> q(static_cast<std::size_t>(n), 0xaa), scales(blocks, 0xaa);
-  run_mx<kType, kFormat>(x, cols, q.data(), scales.data());
+  run_mx<kType, kFormat>(x, cols, q.data(), scales.data(), /*warps=*/5, skip_nan);
   // Reference: per row, blocks of 32 columns.
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c0 = 0; c0 < cols; c0 += 32) {
@@ -242,9 +254,9 @@ void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
       for (std::int64_t c = c0; c < end; ++c) {
         const float v = x.value(r * cols + c);
         has_nan = has_nan || std::isnan(v);
-        amax = std::max(amax, std::fabs(v));
+        if (!std::isnan(v)) amax = std::max(amax, std::fabs(v));
       }
-      const std::uint8_t e = ref_mx_exponent(has_nan ? NAN : amax, kFormat);
+      const std::uint8_t e = ref_mx_exponent(has_nan && !skip_nan ? NAN : amax, kFormat);
       ASSERT_EQ(scales[static_cast<std::size_t>(r * per_row + c0 / 32)], e)
           << "row " << r << " col " << c0 << " amax " << amax;
       for (std::int64_t c = c0; c < end; ++c) {
@@ -263,9 +275,12 @@ void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
         const Storage back = mx_dequantize_element<kType, kFormat>(
             q[static_cast<std::size_t>(i)],
             scales[static_cast<std::size_t>(mx_scale_index(i, cols))]);
-        const double want_value =
+        double want_value =
             e == 0xff ? std::numeric_limits<double>::quiet_NaN()  // 0x7fc00000 in the dtype
                       : ref_fp8_value(want, kFormat) * std::ldexp(1.0, e - 127);
+        // A NaN element of a finite block (skip_nan) keeps its code's sign, as a CPU's product.
+        if (e != 0xff && std::isnan(want_value))
+          want_value = std::copysign(want_value, -(want >> 7));
         const float want_float = static_cast<float>(want_value);
         std::uint64_t got = 0, want_bits = 0;
         std::memcpy(&got, &back, sizeof(Storage));
@@ -292,12 +307,14 @@ void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
 TEST(Fp8ElementTest, MxBlocksMatchTheReferenceIncludingShortLastBlocksAndSpecialBlocks) {
   std::mt19937_64 rng(9);
   const std::int64_t shapes[][2] = {{1, 1}, {3, 31}, {2, 32}, {4, 33}, {5, 100}, {2, 64}, {7, 65}};
-  for (const auto& s : shapes) {
-    check_mx<DType::kFloat32, Fp8Format::kE4M3>(s[0], s[1], rng);
-    check_mx<DType::kFloat32, Fp8Format::kE5M2>(s[0], s[1], rng);
-    check_mx<DType::kFloat64, Fp8Format::kE4M3>(s[0], s[1], rng);
-    check_mx<DType::kFloat16, Fp8Format::kE4M3>(s[0], s[1], rng);
-    check_mx<DType::kBFloat16, Fp8Format::kE4M3>(s[0], s[1], rng);
+  for (bool skip_nan : {false, true}) {
+    for (const auto& s : shapes) {
+      check_mx<DType::kFloat32, Fp8Format::kE4M3>(s[0], s[1], rng, skip_nan);
+      check_mx<DType::kFloat32, Fp8Format::kE5M2>(s[0], s[1], rng, skip_nan);
+      check_mx<DType::kFloat64, Fp8Format::kE4M3>(s[0], s[1], rng, skip_nan);
+      check_mx<DType::kFloat16, Fp8Format::kE4M3>(s[0], s[1], rng, skip_nan);
+      check_mx<DType::kBFloat16, Fp8Format::kE4M3>(s[0], s[1], rng, skip_nan);
+    }
   }
 }
 
@@ -403,7 +420,7 @@ TEST(Fp8ElementTest, DelayedBatchesRunTheRuleOnEveryTensorOnceAsTheReferenceDoes
                     t % 2 == 0 ? Fp8Format::kE4M3 : Fp8Format::kE5M2};
       if (t == 10) {  // this iteration's amax 0: kept (kMostRecent)
         history[base] = 0.0f;
-      } else if (t == 11) {  // a NaN in the window: kept (kMax)
+      } else if (t == 11) {  // a NaN in the window: skipped by fmaxf (kMax, NanAmax::kIgnore)
         history[base + 6] = nan;
       } else if (t == 12) {  // inf: kept
         history[base] = HUGE_VALF;
@@ -413,23 +430,22 @@ TEST(Fp8ElementTest, DelayedBatchesRunTheRuleOnEveryTensorOnceAsTheReferenceDoes
       }
     }
     const std::vector<float> before = history;
-    // Reference: TE's rule from the text of fp8.h / TE's delayed_scaling.cu.
+    // Reference: TE's fused kernel (common/recipe/delayed_scaling.cu, kernel_bulk), written out:
+    // a tensor whose slot 0 is 0 is left alone; amax = fmaxf over the window from 0 (NaNs skipped,
+    // the rule's default NanAmax::kIgnore) or slot 0; scale = (fp8_max * 2^-margin) / amax.
     std::vector<float> want_h = history, want_scale = scale, want_inv = scale_inv;
     for (std::size_t t = 0; t < count; ++t) {
       const std::size_t base = t / 3 * static_cast<std::size_t>(rule.history_len) * 3 + t % 3;
-      float amax = before[base];
-      bool nan_seen = std::isnan(amax);
-      if (algo == AmaxAlgo::kMax) {
-        for (int i = 1; i < rule.history_len; ++i) {
-          const float h = before[base + 3 * static_cast<std::size_t>(i)];
-          nan_seen = nan_seen || std::isnan(h);
-          amax = std::max(amax, h);
-        }
+      const float last = before[base];
+      if (last == 0.0f) continue;
+      float amax = 0.0f;
+      for (int i = 0; i < rule.history_len; ++i) {
+        amax = std::fmax(amax, before[base + 3 * static_cast<std::size_t>(i)]);
       }
-      if (!nan_seen && std::isfinite(amax) && amax > 0.0f) {
+      if (algo == AmaxAlgo::kMostRecent) amax = last;
+      if (std::isfinite(amax) && amax > 0.0f) {
         const double max = t % 2 == 0 ? 448.0 : 57344.0;
-        float s = static_cast<float>(max / amax);
-        s = std::ldexp(s, -rule.margin);
+        float s = static_cast<float>(std::ldexp(max, -rule.margin)) / amax;
         if (std::isinf(s)) s = std::numeric_limits<float>::max();
         want_scale[t] = s;
       }
@@ -463,11 +479,10 @@ TEST(Fp8ElementTest, DelayedBatchesRunTheRuleOnEveryTensorOnceAsTheReferenceDoes
       }
     }
     EXPECT_EQ(scale[13], std::numeric_limits<float>::max());
-    if (algo == AmaxAlgo::kMostRecent) {
-      EXPECT_EQ(scale[10], 2.0f);
-    } else {
-      EXPECT_EQ(scale[11], 2.0f);
-    }
+    EXPECT_EQ(scale[10], 2.0f) << "amax 0: kept, under both algorithms";
+    EXPECT_EQ(history[10 / 3 * 15 + 10 % 3], 0.0f);
+    EXPECT_EQ(history[10 / 3 * 15 + 10 % 3 + 3], before[10 / 3 * 15 + 10 % 3 + 3]) << "not rolled";
+    if (algo == AmaxAlgo::kMax) EXPECT_NE(scale[11], 2.0f) << "the NaN skipped";
     EXPECT_EQ(scale[12], 2.0f);
   }
 }

@@ -138,11 +138,13 @@ inline Tensor random_tensor(DType dtype, std::int64_t n, std::mt19937_64& rng, b
 
 // quantize_kernel's threads: each thread's grid-stride share; returns the max of their amaxes.
 template <DType kType, Fp8Format kFormat, bool kAmax>
-std::uint32_t run_quantize(Tensor& x, std::uint8_t* q, float scale, int threads) {
+std::uint32_t run_quantize(Tensor& x, std::uint8_t* q, float scale, int threads,
+                           bool skip_nan = false) {
   const auto* data = static_cast<const typename Fp8Io<kType>::Storage*>(x.data());
   std::uint32_t amax = 0;
   for (int t = 0; t < threads; ++t) {
-    amax = max_bits(amax, quantize_share<kType, kFormat, kAmax>(data, q, x.n, scale, t, threads));
+    amax = max_bits(amax, quantize_share<kType, kFormat, kAmax>(data, q, x.n, scale, t, threads,
+                                                                skip_nan));
   }
   return amax;
 }
@@ -150,7 +152,8 @@ std::uint32_t run_quantize(Tensor& x, std::uint8_t* q, float scale, int threads)
 // quantize_mxfp8_kernel's `warps` warps, each walking its blocks, lane by lane: loads, the
 // group's max (the shuffles), stores.
 template <DType kType, Fp8Format kFormat>
-void run_mx(Tensor& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales, int warps = 5) {
+void run_mx(Tensor& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales, int warps = 5,
+            bool skip_nan = false) {
   const auto* data = static_cast<const typename Fp8Io<kType>::Storage*>(x.data());
   const std::int64_t blocks = x.n / cols * ((cols + kMxBlock - 1) / kMxBlock);
   for (int w = 0; w < warps; ++w) {
@@ -160,7 +163,7 @@ void run_mx(Tensor& x, std::int64_t cols, std::uint8_t* q, std::uint8_t* scales,
       std::uint32_t bits = 0;
       for (int l = 0; l < kMxBlock; ++l) {
         v[l] = mx_lane_load<kType>(data, span, l);
-        bits = max_bits(bits, abs_bits(v[l]));
+        bits = max_bits(bits, amax_candidate(v[l], skip_nan));
       }
       for (int l = 0; l < kMxBlock; ++l) {
         mx_lane_store<kFormat>(v[l], bits, span, l, q, scales + walk.block());

@@ -509,6 +509,44 @@ TEST(Fp8LinearDistributedTest, DelayedScalesEqualOnEveryRankFromTheMaxAmaxes) {
   }
 }
 
+// A NaN planted on one rank (rank 1's input of iteration 2, dist_worker.cpp's kNanAt). With NaNs
+// propagated it reaches the reduction, which sends it as inf: every rank keeps its old input and
+// grad_output scales at the next update, and the inf stays in every rank's window. With TE's
+// default the NaN is skipped where it is cast: every rank updates from the other amaxes. Either
+// way the ranks agree on every scale of every iteration.
+TEST(Fp8LinearDistributedTest, ANanOnOneRankKeepsEveryRanksScaleOrIsSkippedEverywhere) {
+  SKIP_WITHOUT_GLOO();
+  const int iterations = 5, nan_at = 2;
+  for (const std::string scenario : {"fp8_linear_nan", "fp8_linear_nan_te"}) {
+    SCOPED_TRACE(scenario);
+    const bool propagate = scenario == "fp8_linear_nan";
+    const auto ranks = run_ranks(scenario, 2, "world", kTimeoutMs, kDeadline, iterations);
+    ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, iterations, "local"));
+    const auto scales0 = lines_of(ranks[0].out, "scales"),
+               scales1 = lines_of(ranks[1].out, "scales");
+    ASSERT_EQ(scales0.size(), static_cast<std::size_t>(iterations));
+    EXPECT_EQ(scales0, scales1) << "the ranks' scales differ";
+    EXPECT_EQ(lines_of(ranks[0].out, "history"), lines_of(ranks[1].out, "history"));
+    // Rank 1 saw the NaN (its own measurement, torch ops), rank 0 did not.
+    EXPECT_EQ(lines_of(ranks[1].out, "local")[nan_at][1], hex_of(std::nanf("")));
+    EXPECT_NE(lines_of(ranks[0].out, "local")[nan_at][1], hex_of(std::nanf("")));
+    // The update after it (the scales of iteration nan_at + 1), input (1) and grad_output (3).
+    for (int c : {1, 3}) {
+      const bool kept = scales0[nan_at + 1][c] == scales0[nan_at][c];
+      if (propagate) EXPECT_TRUE(kept) << "column " << c;
+    }
+    // At the end the window's slot 1 holds iteration nan_at (three updates since): inf, or the
+    // finite max of the amaxes the ranks cast.
+    const std::vector<std::string> history = lines_of(ranks[0].out, "history").at(0);
+    const float input_amax = parse_float(history.at(1 * 3 + 0));
+    if (propagate) {
+      EXPECT_TRUE(std::isinf(input_amax)) << history.at(3);
+    } else {
+      EXPECT_TRUE(std::isfinite(input_amax) && input_amax > 0.0f) << history.at(3);
+    }
+  }
+}
+
 // The control: without the reduction each rank's scales follow its own amaxes.
 TEST(Fp8LinearDistributedTest, WithoutReductionScalesDiffer) {
   SKIP_WITHOUT_GLOO();

@@ -35,7 +35,9 @@ namespace {
 using mixprec::distributed::ProcessGroupPtr;
 
 struct Args {
-  std::string scenario;  // skip | ddp | groups | die | stall | fp8 | fp8_groups | fp8_linear
+  // skip | ddp | groups | die | stall | fp8 | fp8_groups | fp8_linear | fp8_linear_nan |
+  // fp8_linear_nan_te
+  std::string scenario;
   std::string reducer = "world";  // world | none | dp (groups: only the first group)
   std::string dir;
   int rank = 0;
@@ -217,11 +219,18 @@ std::string run_fp8_reduction(const Args& a, const std::vector<ProcessGroupPtr>&
 // on its own data (plain SGD on its local gradients, so the weights part too). Per iteration it
 // prints the amaxes of that iteration measured here with torch ops ("local <it> <input> <weight>
 // <grad_output>"), independent of the recipe; at the end the module's delayed-scaling buffers.
-// The driver takes the max over the ranks and runs the delayed rule itself.
-std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world) {
+// The driver takes the max over the ranks and runs the delayed rule itself. With `plant_nan`
+// (scenarios fp8_linear_nan: NaNs propagated, fp8_linear_nan_te: TE's default, skipped), rank 1
+// puts a NaN into its input of iteration kNanAt, and no rank steps its optimizer in that
+// iteration (as a GradScaler would skip it); each iteration also prints the scales its update
+// gave ("scales <it> <input> <weight> <grad_output>").
+constexpr int kNanAt = 2;
+std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world, bool plant_nan = false,
+                           mixprec::fp8::NanAmax nan = mixprec::fp8::NanAmax::kIgnore) {
   constexpr int64_t kHistory = 4;
   // Delayed scaling (the default), HYBRID, margin 0, "max".
-  mixprec::fp8::Recipe recipe(mixprec::fp8::RecipeOptions().amax_history_len(kHistory));
+  mixprec::fp8::Recipe recipe(
+      mixprec::fp8::RecipeOptions().amax_history_len(kHistory).nan_amax(nan));
   if (a.reducer != "none") {
     recipe.set_amax_reduction(mixprec::distributed::fp8_amax_reduction(world));
   }
@@ -235,12 +244,15 @@ std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world) {
     const double magnitude = 1.0 + ((it + a.rank) % a.world) * 3.0;
     torch::Tensor x = torch::randn({8, 16}) * magnitude;
     torch::Tensor target = torch::randn({8, 16});
+    const bool nan_here = plant_nan && it == kNanAt;
+    if (nan_here && a.rank == 1) x[3][5] = std::numeric_limits<float>::quiet_NaN();
     const float w_amax = model->weight.detach().abs().max().item<float>();
     torch::Tensor grad_amax = torch::zeros({1});
     optimizer.zero_grad();
     torch::Tensor loss;
     {
       mixprec::fp8::Autocast fp8(recipe);  // updates the scales from the last iteration's amaxes
+      if (plant_nan) out += "scales " + std::to_string(it) + hex_list(model->scale) + "\n";
       torch::Tensor y = model->forward(x);
       y.register_hook([grad_amax](const torch::Tensor& g) {
         grad_amax.copy_(g.detach().abs().max().reshape({1}));
@@ -248,7 +260,7 @@ std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world) {
       loss = torch::mse_loss(y, target);
     }
     loss.backward();
-    optimizer.step();
+    if (!nan_here) optimizer.step();
     std::ostringstream line;
     line << "local " << it << " " << hex(x.abs().max().item<float>()) << " " << hex(w_amax) << " "
          << hex(grad_amax.item<float>()) << "\n";
@@ -293,9 +305,12 @@ int run(const Args& a) {
     write_file(out_path, run_fp8_reduction(a, groups));
     return 0;
   }
-  if (a.scenario == "fp8_linear") {
+  if (a.scenario.rfind("fp8_linear", 0) == 0) {
 #if MIXPREC_TORCH_FP8
-    write_file(out_path, run_fp8_linear(a, world));
+    const bool plant_nan = a.scenario != "fp8_linear";
+    const auto nan = a.scenario == "fp8_linear_nan" ? mixprec::fp8::NanAmax::kPropagate
+                                                    : mixprec::fp8::NanAmax::kIgnore;
+    write_file(out_path, run_fp8_linear(a, world, plant_nan, nan));
     return 0;
 #else
     throw std::runtime_error("fp8_linear needs LibTorch >= 2.1 (float8 dtypes)");

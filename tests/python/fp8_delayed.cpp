@@ -11,10 +11,12 @@
 // SCENARIO (written by fp8_delayed.py), whitespace-separated lines:
 //   tensors N
 //   formats F_0 ... F_{N-1}             e4m3 | e5m2
-//   config H MARGIN ALGO LAYOUT EVERY   one or more: history_len, margin, max | most_recent,
+//   config H MARGIN ALGO LAYOUT EVERY NAN
+//                                       one or more: history_len, margin, max | most_recent,
 //                                       rows (one [H, N] buffer, stride N: TE's and fp8::Linear's
 //                                       layout) | columns (a buffer of H per tensor, stride 1),
-//                                       and how often the histories are printed (below)
+//                                       how often the histories are printed (below), and
+//                                       ignore | propagate (DelayedScaling::nan)
 //   it I A_0 ... A_{N-1}                one per iteration, in order: tensor j's amax this
 //                                       iteration as the 8 hex digits of its float32 bits, or
 //                                       "-" when tensor j is not cast in iteration I
@@ -47,6 +49,7 @@ using mixprec::core::AmaxAlgo;
 using mixprec::core::DelayedScaling;
 using mixprec::core::DelayedTensor;
 using mixprec::core::Fp8Format;
+using mixprec::core::NanAmax;
 
 struct Config {
   DelayedScaling rule;
@@ -94,8 +97,10 @@ Scenario read_scenario(const std::string& path) {
       }
     } else if (key == "config") {
       Config c;
-      std::string algo, layout;
-      words >> c.rule.history_len >> c.rule.margin >> algo >> layout >> c.every;
+      std::string algo, layout, nan;
+      words >> c.rule.history_len >> c.rule.margin >> algo >> layout >> c.every >> nan;
+      if (nan != "ignore" && nan != "propagate") throw std::runtime_error("bad nan " + nan);
+      c.rule.nan = nan == "ignore" ? NanAmax::kIgnore : NanAmax::kPropagate;
       if (algo != "max" && algo != "most_recent") throw std::runtime_error("bad algo " + algo);
       if (layout != "rows" && layout != "columns") throw std::runtime_error("bad layout " + layout);
       if (!words || c.every < 1) throw std::runtime_error("bad config line: " + line);

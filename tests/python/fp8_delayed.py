@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """The delayed-scaling rule of mixprec's core against Transformer Engine's, bit for bit.
 
-Why: core::delayed_scaling_update_ (include/mixprec/core/fp8.h, src/core/fp8_ops.h) transcribes
-TE's DelayedScaling update. This test re-implements TE's published PyTorch functions here, from
-transformer_engine/pytorch/fp8.py (NVIDIA/TransformerEngine):
-  _update_amax_history                  torch.roll(h, -1, 0), then h[0] = 0
-  _default_get_amax_and_update_history  amax = torch.max(h, dim=0).values ("max", NaN-propagating)
-                                        or h[0] ("most_recent"), taken before the roll
-  _default_sf_compute                   sf = (fp8_max / amax) / 2**margin; the old scale where
-                                        amax <= 0 or amax is not finite; FLT_MAX where sf is inf
-                                        (TE PR #786)
-  _amax_and_scale_update                scale_inv = 1 / scale
-in float32 torch ops, with one change, TE PR #825's fix (which the core's contract adopts): a
-tensor not cast in an iteration is not passed to the update, so its history is not rolled and
-its scale is kept. It runs both on scenarios of per-iteration amaxes and compares every scale,
-scale_inv and history slot exactly (float32 bit patterns, NaN included).
+Why: core::delayed_scaling_update_ (include/mixprec/core/fp8.h, src/core/fp8_ops.h) follows TE's
+DelayedScaling update as TE's fused kernel runs it, the default path of TE users
+(transformer_engine/common/recipe/delayed_scaling.cu, kernel_bulk; NVIDIA/TransformerEngine).
+This test writes that kernel's rule here in float32 torch ops, per tensor (column):
+  last = h[0]; a tensor whose last is 0 is left alone: no roll, the same scale (PR #825's kernel)
+  amax = fmaxf over the history, NaN slots skipped ("max"; torch.fmax) or last ("most_recent")
+  roll: h[i] = h[i + 1], h[H - 1] = last, h[0] = 0
+  scale = (fp8_max * 2**-margin) / amax, one float32 division (scaled_max / amax); the old
+          scale where amax <= 0 or is not finite; FLT_MAX where it is inf (TE PR #786)
+  scale_inv = 1 / scale
+TE's unfused Python path (transformer_engine/pytorch/quantization.py, _update_amax_history,
+_default_get_amax_and_update_history, _default_sf_compute) differs in three places, each
+modelled here as an option: it rolls a history whose last amax is 0, torch.max propagates NaN
+(mixprec's NanAmax::kPropagate, torchao's choice, runs against it), and it divides twice,
+(fp8_max / amax) / 2**margin. mixprec follows the fused kernel; the NaN policy is the recipe's.
+A tensor not cast in an iteration is not passed to the update (TE PR #825's fix, which the
+core's contract adopts). It runs both on scenarios of per-iteration amaxes and compares every
+scale, scale_inv and history slot exactly (float32 bit patterns, NaN included).
 
 The scenarios (fixed seed, written to --dir for mixprec_fp8_delayed to read): six tensors (E4M3
 and E5M2, as two HYBRID modules), amaxes spread over 2^-24..2^24 with 0, inf, NaN, subnormal and
@@ -25,11 +29,10 @@ Configurations: history_len 1, 4, 16 over 64 iterations and 1024 over 1100 (the 
 the window), margin 0 and 2, "max" and "most_recent", histories laid out as TE's [H, N] buffer
 (stride N) and as one buffer per tensor (stride 1).
 
-One deliberate difference from TE's Python text: fp8_max / amax is computed as torch.div of two
-float32 tensors, one correctly rounded division, as TE's fused kernels do (the default path;
-transformer_engine/common/recipe/delayed_scaling.cu: scaled_max / amax, recipe_common.cuh:
-__fdiv_rn). In eager PyTorch, `python_float / tensor` is tensor.reciprocal() * python_float
-(torch/_tensor.py, __rdiv__): two roundings, which differs in the last bit for some amaxes.
+The division is torch.div of two float32 tensors, one correctly rounded division, as the fused
+kernel's (recipe_common.cuh: __fdiv_rn). In eager PyTorch, `python_float / tensor` is
+tensor.reciprocal() * python_float (torch/_tensor.py, __rdiv__): two roundings, which differs in
+the last bit for some amaxes.
 
 Exit code: 0 PASS, 1 FAIL, 2 could not run, 77 skipped (python3 has no torch module). A torch that
 is installed but fails to import is a failure (exit 2), never a skip (see differential_cpu.py).
@@ -64,49 +67,51 @@ SMALL = {"iterations": 64, "lengths": [1, 4, 16], "every": 1}
 LARGE = {"iterations": 1100, "lengths": [1024], "every": 128}
 
 
-# ---- Transformer Engine's functions (transformer_engine/pytorch/fp8.py), float32 torch ops ----
+# ---- Transformer Engine's fused kernel (common/recipe/delayed_scaling.cu), float32 torch ops ----
 
-def _update_amax_history(amax_history):
-    """TE: roll the history by one (slot i takes slot i + 1, the last slot takes slot 0) and
-    zero slot 0 for the next iteration's amax."""
-    if amax_history.shape[0] > 1:
-        new_amax_history = torch.roll(amax_history, -1, 0)
-        amax_history.copy_(new_amax_history)
-    amax_history[0].fill_(0.0)
-    return amax_history
-
-
-def _default_get_amax_and_update_history(amax_history, amax_compute_algo):
-    """TE: the amax of each column from its history (before the roll), then the roll."""
-    if amax_compute_algo == "max":
-        amax = torch.max(amax_history, dim=0).values
-    else:  # "most_recent"
+def _history_amax(amax_history, amax_compute_algo, nan):
+    """The amax of each column: the fused kernel's fmaxf over the whole history ("max", NaN slots
+    skipped; a column of NaNs only gives NaN here and 0 there, which keep the scale alike), or
+    torch.max's NaN-propagating one (nan == "propagate"); or slot 0 ("most_recent")."""
+    if amax_compute_algo != "max":
+        return amax_history[0].clone()
+    if nan == "ignore":
         amax = amax_history[0].clone()
-    amax_history = _update_amax_history(amax_history)
-    return amax_history, amax
+        for row in amax_history[1:]:
+            amax = torch.fmax(amax, row)
+        return amax
+    return torch.max(amax_history, dim=0).values
 
 
-def _default_sf_compute(amax, scale, fp8_max, margin):
-    """TE's scale rule. fp8_max: a float32 tensor of each column's format maximum (TE passes one
-    float per pass; here the columns mix E4M3 and E5M2). See the module docstring for torch.div."""
-    sf = torch.div(fp8_max, amax) / (2**margin)
+def _roll(amax_history):
+    """Slot i takes slot i + 1, the last slot takes slot 0; then slot 0 is zeroed."""
+    if amax_history.shape[0] > 1:
+        amax_history.copy_(torch.roll(amax_history, -1, 0))
+    amax_history[0].fill_(0.0)
+
+
+def _scale(amax, scale, fp8_max, margin):
+    """scaled_max / amax, scaled_max = fp8_max * 2**-margin (exact in float32). fp8_max: a float32
+    tensor of each column's format maximum (the columns mix E4M3 and E5M2)."""
+    sf = torch.div(fp8_max * 2.0**-margin, amax)
     sf = torch.where(amax > 0.0, sf, scale)
     sf = torch.where(torch.isfinite(amax), sf, scale)
-    sf = torch.where(torch.isinf(sf), torch.full_like(sf, FLT_MAX), sf)
-    scale.copy_(sf)
-    return scale
+    return torch.where(torch.isinf(sf), torch.full_like(sf, FLT_MAX), sf)
 
 
-def _amax_and_scale_update(amax_history, scale, scale_inv, fp8_max, algo, margin):
-    """TE's unfused update of one set of columns."""
-    new_amax_history, amax = _default_get_amax_and_update_history(amax_history, algo)
-    new_scale = _default_sf_compute(amax, scale, fp8_max, margin)
-    scale.copy_(new_scale)
-    scale_inv.copy_(1.0 / new_scale)
-    amax_history.copy_(new_amax_history)
+def _amax_and_scale_update(amax_history, scale, scale_inv, fp8_max, algo, margin, nan):
+    """The fused kernel's update of one set of columns: those whose slot 0 is 0 are skipped."""
+    seen = amax_history[0] != 0.0  # NaN != 0: a NaN amax rolls
+    amax = _history_amax(amax_history, algo, nan)
+    new_scale = _scale(amax, scale, fp8_max, margin)
+    rolled = amax_history.clone()
+    _roll(rolled)
+    amax_history.copy_(torch.where(seen, rolled, amax_history))
+    scale.copy_(torch.where(seen, new_scale, scale))
+    scale_inv.copy_(torch.where(seen, 1.0 / scale, scale_inv))
 
 
-def reference(amaxes, cast, history_len, margin, algo, stats):
+def reference(amaxes, cast, history_len, margin, algo, nan, stats):
     """Yields (iteration, history [H, N], scale [N], scale_inv [N]) after each update. Only the
     columns cast in an iteration are updated (TE PR #825)."""
     n = len(FORMATS)
@@ -123,7 +128,8 @@ def reference(amaxes, cast, history_len, margin, algo, stats):
             stats["nan_in_window"] += int(torch.isnan(h).any(dim=0).sum())
             stats["inf_in_window"] += int(torch.isinf(h).any(dim=0).sum())
             stats["zero_window"] += int((h == 0).all(dim=0).sum())
-            _amax_and_scale_update(h, s, si, fp8_max[idx], algo, margin)
+            stats["zero_amax"] += int((h[0] == 0).sum())
+            _amax_and_scale_update(h, s, si, fp8_max[idx], algo, margin, nan)
             stats["flt_max_scale"] += int((s == FLT_MAX).sum())
             history[:, idx], scale[idx], scale_inv[idx] = h, s, si
         yield it, history, scale, scale_inv
@@ -188,8 +194,8 @@ def generate(rng, iterations):
 def write_scenario(path, amaxes, cast, configs):
     with open(path, "w") as f:
         f.write(f"tensors {len(FORMATS)}\nformats {' '.join(FORMATS)}\n")
-        for (h, margin, algo, layout, every) in configs:
-            f.write(f"config {h} {margin} {algo} {layout} {every}\n")
+        for (h, margin, algo, layout, every, nan) in configs:
+            f.write(f"config {h} {margin} {algo} {layout} {every} {nan}\n")
         for it, (row, used) in enumerate(zip(amaxes, cast)):
             cells = [f"{b:08x}" if u else "-" for b, u in zip(row, used)]
             f.write(f"it {it} {' '.join(cells)}\n")
@@ -217,8 +223,9 @@ def check_scenario(exe, folder, name, rng, spec):
     for h in spec["lengths"]:
         for margin in (0, 2):
             for algo in ("max", "most_recent"):
-                layout = "rows" if (len(configs) % 2 == 0) else "columns"
-                configs.append((h, margin, algo, layout, spec["every"]))
+                for nan in ("ignore", "propagate"):
+                    layout = "rows" if (len(configs) % 2 == 0) else "columns"
+                    configs.append((h, margin, algo, layout, spec["every"], nan))
     path = os.path.join(folder, f"{name}.txt")
     write_scenario(path, amaxes, cast, configs)
     run = subprocess.run([exe, path], capture_output=True, text=True)
@@ -228,11 +235,11 @@ def check_scenario(exe, folder, name, rng, spec):
     got = read_output(run.stdout)
     failures, compared = 0, 0
     stats = {k: 0 for k in ("not_cast", "nan_in_window", "inf_in_window", "zero_window",
-                            "flt_max_scale")}
-    for k, (h, margin, algo, layout, every) in enumerate(configs):
-        label = f"{name} config {k} (history_len {h}, margin {margin}, {algo}, {layout})"
+                            "zero_amax", "flt_max_scale")}
+    for k, (h, margin, algo, layout, every, nan) in enumerate(configs):
+        label = f"{name} config {k} (history_len {h}, margin {margin}, {algo}, {layout}, {nan})"
         scale0 = []
-        for it, history, scale, scale_inv in reference(amaxes, cast, h, margin, algo, stats):
+        for it, history, scale, scale_inv in reference(amaxes, cast, h, margin, algo, nan, stats):
             with_history = it % every == every - 1 or it + 1 == len(amaxes)
             s_bits, si_bits = floats_to_bits(scale), floats_to_bits(scale_inv)
             h_bits = [floats_to_bits(history[:, j]) for j in range(len(FORMATS))] \

@@ -1,8 +1,10 @@
 // fp8::Linear against the same computation built from PyTorch ops in this file (the cast chain,
 // MXFP8 blocks of tests/torch/fp8_reference.h, at::linear / mm), bit for bit, forward and backward,
 // for every recipe; the delayed rule's scales and histories against a simulation of Transformer
-// Engine's (transformer_engine/pytorch/fp8.py: roll(-1), zero slot 0, (fp8_max / amax) / 2^margin),
-// with TE PR #825's fix (a module that did not run keeps its history). CPU: the emulation path.
+// Engine's fused update (common/recipe/delayed_scaling.cu: a tensor whose amax is 0 is left alone,
+// fmaxf over the window, roll(-1), zero slot 0, (fp8_max * 2^-margin) / amax), with TE PR #825's
+// fix (a module that did not run keeps its history); the NaN policies; no update without grad.
+// CPU: the emulation path.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -226,8 +228,8 @@ TEST(Fp8LinearTest, CurrentScalingPowerOfTwoAndEps) {
                                         at::kFloat8_e5m2));
 }
 
-/// Transformer Engine's delayed-scaling bookkeeping for one module, simulated with PyTorch ops
-/// (TE's _default_get_amax_and_update_history and _default_sf_compute).
+/// Transformer Engine's delayed-scaling bookkeeping for one module, simulated with PyTorch ops as
+/// its fused kernel does it (common/recipe/delayed_scaling.cu, kernel_bulk).
 struct DelayedReference {
   at::Tensor history;
   Scales sc;
@@ -246,52 +248,176 @@ struct DelayedReference {
     const double maxes[3] = {448, 448, o.format() == fp8::Format::kHybrid ? 57344.0 : 448.0};
     for (int c = 0; c < 3; ++c) {
       if (!cast[c]) continue;  // TE PR #825: a tensor not cast is not rolled
+      cast[c] = false;
       at::Tensor col = history.select(1, c);
-      const float amax = o.amax_compute_algo() == fp8::AmaxAlgo::kMax ? col.max().item<float>()
-                                                                      : col[0].item<float>();
+      if (col[0].item<float>() == 0.0f) continue;  // the fused kernel: amax 0, nothing changes
+      const bool skip_nan = o.nan_amax() == fp8::NanAmax::kIgnore;
+      const float amax = o.amax_compute_algo() == fp8::AmaxAlgo::kMostRecent ? col[0].item<float>()
+                         : skip_nan ? at::nan_to_num(col, 0.0).max().item<float>()  // fmaxf
+                                    : col.max().item<float>();
       if (amax > 0 && std::isfinite(amax)) {
-        float s = (static_cast<float>(maxes[c]) / amax) / std::ldexp(1.0f, o.margin());
+        float s = std::ldexp(static_cast<float>(maxes[c]), -o.margin()) / amax;
         if (std::isinf(s)) s = FLT_MAX;  // TE PR #786
         sc.s[c] = s;
         sc.inv[c] = 1.0f / s;
       }
       col.copy_(torch::roll(col, -1, 0));
       col[0] = 0.0f;
-      cast[c] = false;
     }
   }
 };
 
 TEST(Fp8LinearTest, DelayedScalesFollowTransformerEngine) {
-  for (const fp8::AmaxAlgo algo : {fp8::AmaxAlgo::kMax, fp8::AmaxAlgo::kMostRecent}) {
-    SCOPED_TRACE(static_cast<int>(algo));
-    const auto options = fp8::RecipeOptions().amax_history_len(4).margin(1).amax_compute_algo(algo);
-    fp8::Recipe recipe(options);
-    torch::manual_seed(13);
-    fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(4));
-    DelayedReference ref(4);
-    // Amaxes rise, fall to zero (most_recent keeps the old scale), then jump far past the
-    // stale scale's range (saturation).
-    const double factors[] = {1, 3, 0.5, 0, 2, 40, 1, 0.1};
-    for (int it = 0; it < 8; ++it) {
-      SCOPED_TRACE(it);
-      const at::Tensor x = torch::randn({3, kIn}) * factors[it];
-      const at::Tensor r = torch::randn({3, kOut}) * factors[it] * 1e-2;
-      if (it > 0) ref.update(options);  // what Autocast's constructor does
-      const Result got = run(lin, &recipe, x, r);
-      const Result want = reference_per_tensor(x, lin->weight.detach(), lin->bias.detach(), r,
-                                               ref.sc, at::kFloat8_e5m2);
-      expect_same(got, want);
-      ref.record(0, x);
-      ref.record(1, lin->weight);
-      ref.record(2, r);
-      EXPECT_TRUE(bitwise_equal(lin->amax_history, ref.history));
-      EXPECT_TRUE(
-          bitwise_equal(lin->scale, torch::tensor({ref.sc.s[0], ref.sc.s[1], ref.sc.s[2]})));
-      EXPECT_TRUE(bitwise_equal(lin->scale_inv,
-                                torch::tensor({ref.sc.inv[0], ref.sc.inv[1], ref.sc.inv[2]})));
-      torch::NoGradGuard no_grad;
-      lin->weight.mul_(1.25);  // as an optimizer step would change it
+  for (const fp8::Format format : {fp8::Format::kHybrid, fp8::Format::kE4M3})
+    for (const fp8::AmaxAlgo algo : {fp8::AmaxAlgo::kMax, fp8::AmaxAlgo::kMostRecent}) {
+      SCOPED_TRACE(static_cast<int>(algo));
+      SCOPED_TRACE(format == fp8::Format::kE4M3 ? "E4M3 gradients" : "E5M2 gradients");
+      const auto options =
+          fp8::RecipeOptions().amax_history_len(4).margin(1).amax_compute_algo(algo).format(format);
+      fp8::Recipe recipe(options);
+      torch::manual_seed(13);
+      fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(4));
+      DelayedReference ref(4);
+      // Amaxes rise, fall to zero (most_recent keeps the old scale), then jump far past the
+      // stale scale's range (saturation).
+      const double factors[] = {1, 3, 0.5, 0, 2, 40, 1, 0.1};
+      for (int it = 0; it < 8; ++it) {
+        SCOPED_TRACE(it);
+        const at::Tensor x = torch::randn({3, kIn}) * factors[it];
+        const at::Tensor r = torch::randn({3, kOut}) * factors[it] * 1e-2;
+        if (it > 0) ref.update(options);  // what Autocast's constructor does
+        const Result got = run(lin, &recipe, x, r);
+        const Result want =
+            reference_per_tensor(x, lin->weight.detach(), lin->bias.detach(), r, ref.sc,
+                                 format == fp8::Format::kE4M3 ? kE4M3 : at::kFloat8_e5m2);
+        expect_same(got, want);
+        ref.record(0, x);
+        ref.record(1, lin->weight);
+        ref.record(2, r);
+        EXPECT_TRUE(bitwise_equal(lin->amax_history, ref.history));
+        EXPECT_TRUE(
+            bitwise_equal(lin->scale, torch::tensor({ref.sc.s[0], ref.sc.s[1], ref.sc.s[2]})));
+        EXPECT_TRUE(bitwise_equal(lin->scale_inv,
+                                  torch::tensor({ref.sc.inv[0], ref.sc.inv[1], ref.sc.inv[2]})));
+        torch::NoGradGuard no_grad;
+        lin->weight.mul_(1.25);  // as an optimizer step would change it
+      }
+    }
+}
+
+TEST(Fp8LinearTest, ColumnsNotCastInAnIterationKeepTheirHistoryAndScale) {
+  // After the histories are filled, an iteration that casts only the input and the weight (a
+  // forward whose backward never runs): the update rolls those two columns, not grad_output's.
+  const auto options = fp8::RecipeOptions().amax_history_len(3);
+  fp8::Recipe recipe(options);
+  torch::manual_seed(21);
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(3));
+  DelayedReference ref(3);
+  for (int it = 0; it < 5; ++it) {
+    const at::Tensor x = torch::randn({3, kIn}) * (it + 1);
+    const at::Tensor r = torch::randn({3, kOut}) * (5 - it);
+    if (it > 0) ref.update(options);
+    run(lin, &recipe, x, r);
+    ref.record(0, x);
+    ref.record(1, lin->weight);
+    ref.record(2, r);
+  }
+  ASSERT_TRUE(lin->amax_history.narrow(0, 1, 2).select(1, 2).gt(0).all().item<bool>());
+  ref.update(options);
+  const at::Tensor x = torch::randn({3, kIn}) * 7;
+  {
+    fp8::Autocast scope(recipe);  // the update of the fifth iteration
+    lin(x);                       // no backward
+  }
+  ref.record(0, x);
+  ref.record(1, lin->weight);
+  const at::Tensor grad_history = lin->amax_history.select(1, 2).clone();
+  const float grad_scale = lin->scale[2].item<float>();
+  ref.update(options);
+  { fp8::Autocast scope(recipe); }
+  EXPECT_TRUE(bitwise_equal(lin->amax_history, ref.history));
+  EXPECT_TRUE(bitwise_equal(lin->amax_history.select(1, 2), grad_history));
+  EXPECT_EQ(lin->scale[2].item<float>(), grad_scale);
+  EXPECT_TRUE(bitwise_equal(lin->scale, torch::tensor({ref.sc.s[0], ref.sc.s[1], ref.sc.s[2]})));
+}
+
+TEST(Fp8LinearTest, ACastOfZerosNeitherRollsNorRescales) {
+  // TE's fused kernel (PR #825): an amax of 0 leaves that tensor's history and scale alone, where
+  // TE's unfused Python path rolled a 0 in.
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(3));
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(3));
+  run(lin, &recipe, torch::randn({2, kIn}), torch::randn({2, kOut}));
+  { fp8::Autocast scope(recipe); }
+  const at::Tensor history = lin->amax_history.clone(), scale = lin->scale.clone();
+  run(lin, &recipe, torch::zeros({2, kIn}), torch::zeros({2, kOut}));  // input and grad: zeros
+  { fp8::Autocast scope(recipe); }
+  EXPECT_TRUE(bitwise_equal(lin->amax_history.select(1, 0), history.select(1, 0)));
+  EXPECT_TRUE(bitwise_equal(lin->amax_history.select(1, 2), history.select(1, 2)));
+  EXPECT_FALSE(lin->amax_history.select(1, 1).equal(history.select(1, 1)));  // the weight rolled
+  EXPECT_TRUE(bitwise_equal(lin->scale, scale));  // the weight's window still holds its amax
+}
+
+TEST(Fp8LinearTest, AScopeWithoutGradDoesNotUpdate) {
+  // TE updates only when torch.is_grad_enabled(): an eval loop under NoGradGuard neither rolls
+  // the histories nor changes the scales; its amaxes join the next update with grad.
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(4));
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(4));
+  run(lin, &recipe, torch::randn({2, kIn}), torch::randn({2, kOut}));
+  { fp8::Autocast scope(recipe); }
+  run(lin, &recipe, torch::randn({2, kIn}), torch::randn({2, kOut}));
+  const at::Tensor history = lin->amax_history.clone(), scale = lin->scale.clone();
+  const at::Tensor x_eval = torch::randn({2, kIn}) * 100;
+  {
+    torch::NoGradGuard no_grad;
+    for (int i = 0; i < 3; ++i) {
+      fp8::Autocast scope(recipe);
+      lin(x_eval);
+    }
+  }
+  EXPECT_TRUE(bitwise_equal(lin->amax_history.narrow(0, 1, 3), history.narrow(0, 1, 3)));
+  EXPECT_TRUE(bitwise_equal(lin->scale, scale));
+  const float eval_amax = x_eval.abs().max().item<float>();
+  EXPECT_EQ(lin->amax_history[0][0].item<float>(), eval_amax);  // recorded, not rolled
+  { fp8::Autocast scope(recipe); }  // with grad: one update, the eval amax in it
+  EXPECT_EQ(lin->amax_history[3][0].item<float>(), eval_amax);
+  EXPECT_EQ(lin->scale[0].item<float>(), 448.0f / eval_amax);
+}
+
+TEST(Fp8LinearTest, ANaNInACastIsSkippedByDefaultAndPropagatedOnRequest) {
+  torch::manual_seed(22);
+  at::Tensor x = torch::randn({2, kIn});
+  x[1][3] = std::nanf("");
+  const float amax_x = x.nan_to_num(0.0).abs().max().item<float>();  // of the other elements
+  for (const fp8::NanAmax nan : {fp8::NanAmax::kIgnore, fp8::NanAmax::kPropagate}) {
+    const bool ignore = nan == fp8::NanAmax::kIgnore;
+    SCOPED_TRACE(ignore ? "kIgnore" : "kPropagate");
+    {  // delayed: the NaN is left out of the amax (TE), or holds the scale for the window
+      fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(3).nan_amax(nan));
+      fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(3));
+      {
+        fp8::Autocast scope(recipe);
+        lin(x);
+      }
+      const float slot = lin->amax_history[0][0].item<float>();
+      if (ignore) {
+        EXPECT_EQ(slot, amax_x);
+      } else {
+        EXPECT_TRUE(std::isnan(slot));
+      }
+      for (int i = 0; i < 3; ++i) {  // three more updates: the NaN stays in a window of 3
+        fp8::Autocast scope(recipe);
+        lin(x.nan_to_num(0.0));
+      }
+      EXPECT_EQ(lin->scale[0].item<float>(), ignore ? 448.0f / amax_x : 1.0f);
+      { fp8::Autocast scope(recipe); }  // the NaN (kPropagate) has left the window
+      EXPECT_EQ(lin->scale[0].item<float>(), 448.0f / amax_x);
+    }
+    {  // current: the scale of the other elements (TE), or 1 (torchao's NaN amax, TE's guard)
+      fp8::Recipe recipe(fp8::RecipeOptions().scaling(fp8::Scaling::kCurrent).nan_amax(nan));
+      fp8::Linear lin(kIn, kOut);
+      fp8::Autocast scope(recipe);
+      lin(x);
+      EXPECT_EQ(lin->scale[0].item<float>(), ignore ? 448.0f / amax_x : 1.0f);
     }
   }
 }

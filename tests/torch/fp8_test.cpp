@@ -183,6 +183,13 @@ TEST(Fp8Test, QuantizeAndRecordAmaxAccumulatesIntoTheSlot) {
   with_nan[17] = std::numeric_limits<float>::quiet_NaN();
   fp8::quantize_and_record_amax(with_nan, scale, at::kFloat8_e5m2, history[0][1]);
   EXPECT_TRUE(std::isnan(history[0][1].item<float>()));
+  // TE's recording (NanAmax::kIgnore) leaves the NaN out; the codes are the same.
+  history[0][1] = 0.0f;
+  const at::Tensor q_ignore = fp8::quantize_and_record_amax(
+      with_nan, scale, at::kFloat8_e5m2, history[0][1], fp8::NanAmax::kIgnore);
+  EXPECT_EQ(history[0][1].item<float>(), with_nan.nan_to_num(0.0).abs().max().item<float>());
+  EXPECT_TRUE(bitwise_equal(q_ignore, fp8_ref::quantize(with_nan, scale, at::kFloat8_e5m2),
+                            /*nan_any_bits=*/false));
 }
 
 TEST(Fp8Test, ArgumentErrors) {
@@ -280,6 +287,25 @@ TEST(Fp8Test, Mxfp8ScaleRule) {
   EXPECT_EQ(q.data[0][0].to(at::kFloat).item<float>(), 448.0f);  // not saturated, not halved
 }
 
+TEST(Fp8Test, Mxfp8BlockHoldingNaN) {
+  // torchao's to_mx (kPropagate, the op's default): the NaN makes the block's scale NaN and every
+  // element NaN. TE (kIgnore): the block scale of the other elements; only the NaN stays NaN.
+  at::Tensor x = torch::linspace(1, 32, 32).view({1, 32});
+  x[0][5] = std::nanf("");
+  const fp8::MxTensor whole = fp8::quantize_mxfp8(x);
+  EXPECT_EQ(whole.scales[0][0].item<int>(), 255);
+  EXPECT_TRUE(fp8::dequantize_mxfp8(whole, at::kFloat).isnan().all().item<bool>());
+  const fp8::MxTensor te = fp8::quantize_mxfp8(x, at::kFloat8_e4m3fn, fp8::NanAmax::kIgnore);
+  const at::Tensor clean = x.nan_to_num(0.0);
+  EXPECT_TRUE(bitwise_equal(te.scales, fp8::quantize_mxfp8(clean).scales));
+  const at::Tensor back = fp8::dequantize_mxfp8(te, at::kFloat);
+  EXPECT_EQ(back.isnan().sum().item<int>(), 1);
+  EXPECT_TRUE(std::isnan(back[0][5].item<float>()));
+  const at::Tensor others = torch::cat({back.narrow(1, 0, 5), back.narrow(1, 6, 26)}, 1);
+  const at::Tensor want = fp8::dequantize_mxfp8(fp8::quantize_mxfp8(clean), at::kFloat);
+  EXPECT_TRUE(bitwise_equal(others, torch::cat({want.narrow(1, 0, 5), want.narrow(1, 6, 26)}, 1)));
+}
+
 // ---- Recipe options and the scope ----------------------------------------------------------
 
 TEST(Fp8RecipeTest, DefaultsAreTransformerEngines) {
@@ -291,6 +317,7 @@ TEST(Fp8RecipeTest, DefaultsAreTransformerEngines) {
   EXPECT_EQ(recipe.options().amax_compute_algo(), fp8::AmaxAlgo::kMax);
   EXPECT_EQ(recipe.options().eps(), 1e-12);
   EXPECT_FALSE(recipe.options().power_of_2_scales());
+  EXPECT_EQ(recipe.options().nan_amax(), fp8::NanAmax::kIgnore);  // TE's kernels' fmaxf
   const fp8::Recipe copy = recipe;  // copies share the state
   EXPECT_EQ(copy.state(), recipe.state());
 }

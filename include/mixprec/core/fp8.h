@@ -34,6 +34,15 @@ enum class AmaxAlgo : std::uint8_t {
   kMostRecent,  ///< this iteration's amax (TE "most_recent")
 };
 
+/// How an amax treats NaN elements. The anchors differ: Transformer Engine's kernels take the
+/// max with fmaxf, which skips a NaN (its cast amax in util/vectorized_pointwise.h, current
+/// scaling's in recipe/current_scaling.cu, the MXFP8 block amax in cast/mxfp8/quantize_mxfp8.cuh,
+/// the history max in recipe/delayed_scaling.cu); torchao takes x.abs().max(), which propagates it.
+enum class NanAmax : std::uint8_t {
+  kIgnore,     ///< TE: NaN elements are skipped (a block or tensor of NaNs only has amax 0)
+  kPropagate,  ///< torchao, PyTorch's x.abs().max(): any NaN element makes the amax NaN
+};
+
 /// The margins delayed_scale() takes: 2^margin must be a normal float32.
 inline constexpr int kMinMargin = -126;
 inline constexpr int kMaxMargin = 127;
@@ -43,25 +52,31 @@ struct DelayedScaling {
   std::int64_t history_len = 1024;  ///< amaxes kept per tensor, this iteration's included
   AmaxAlgo algo = AmaxAlgo::kMax;   ///< how the history is reduced
   int margin = 0;  ///< the scale is divided by 2^margin, in [kMinMargin, kMaxMargin]
+  NanAmax nan = NanAmax::kIgnore;  ///< NaN slots of the history: skipped by kMax (TE), or NaN
 };
 
 /// Settings of the current rule (torchao "tensorwise", TE Float8CurrentScaling).
 struct CurrentScaling {
   float eps = 1e-12f;              ///< amaxes below eps count as eps (torchao's EPS)
   bool power_of_2_scales = false;  ///< round the scale down to a power of two
+  NanAmax nan = NanAmax::kIgnore;  ///< NaN elements in the tensor's amax (kPropagate: scale 1)
 };
 
 // ---- The scale rules: each in exactly this one place, used by the CPU and the CUDA kernels ----
 
-/// The delayed rule's new scale from the reduced `amax` of a tensor's history: (fp8_max / amax) /
-/// 2^margin when amax is finite and > 0, else `old_scale` (0, inf and NaN keep the scale); an
-/// infinite result (a tiny amax) becomes the largest finite float (TE PR #786).
+/// The delayed rule's new scale from the reduced `amax` of a tensor's history, as TE's fused kernel
+/// computes it (recipe/delayed_scaling.cu): (fp8_max * 2^-margin) / amax, one rounding, when amax
+/// is finite and > 0, else `old_scale` (0, inf and NaN keep the scale); an infinite result (a tiny
+/// amax) becomes the largest finite float (TE PR #786). TE's unfused Python path, (fp8_max /
+/// amax) / 2^margin, rounds twice and overflows sooner: the two differ only where a margin meets
+/// an overflowing or subnormal scale.
 MIXPREC_HOST_DEVICE inline float delayed_scale(float amax, float old_scale, float fp8_max,
                                                int margin) {
   if (!(amax > 0.0f) || is_nonfinite(amax)) return old_scale;
-  float scale = fp8_max / amax;
-  // Divided by 2^margin, exactly, for margin in [kMinMargin, kMaxMargin] (the kernels check it).
-  scale = scale / bits_to_float(static_cast<std::uint32_t>(127 + margin) << 23);
+  // fp8_max * 2^-margin, exact (or inf, as TE's float product), for margin in [kMinMargin,
+  // kMaxMargin] (the kernels check it): 2^margin is then a normal float.
+  const float scaled_max = fp8_max / bits_to_float(static_cast<std::uint32_t>(127 + margin) << 23);
+  float scale = scaled_max / amax;
   if (is_nonfinite(scale)) scale = bits_to_float(0x7f7fffffu);  // FLT_MAX
   return scale;
 }
@@ -178,17 +193,23 @@ MIXPREC_HOST_DEVICE inline float fp8_bits_to_float(std::uint8_t b, Fp8Format for
 // waits for it. Input views may be float32, float64, float16 or bfloat16; element order is the
 // views', which must be contiguous (the MX calls read rows of `cols` elements).
 
-/// *amax = max(*amax, max |x|) over x's elements, NaN-propagating (a NaN element makes it NaN).
-/// It accumulates, so several casts of one iteration record into one slot: set *amax to 0 first.
-void amax_(const TensorView& x, float* amax, void* stream = nullptr);
+/// *amax = max(*amax, max |x|) over x's elements: with kPropagate a NaN element makes it NaN (as
+/// x.abs().max()), with kIgnore NaN elements are skipped (TE's fmaxf). A NaN already in *amax
+/// stays under both (TE's atomic max keeps it too). It accumulates, so several casts of one
+/// iteration record into one slot: set *amax to 0 first.
+void amax_(const TensorView& x, float* amax, void* stream = nullptr,
+           NanAmax nan = NanAmax::kPropagate);
 
 /// Quantizes with a per-tensor scale: q[i] = float_to_fp8_bits(float(x[i]) * *scale, format).
-/// When `amax` is not null it also records max |x| (before scaling) into *amax as amax_() does,
-/// in the same pass over x: the fused amax-and-quantize of delayed scaling. q holds x.numel bytes.
+/// When `amax` is not null it also records max |x| (before scaling) into *amax as amax_() does
+/// with `nan`, in the same pass over x: the fused amax-and-quantize of delayed scaling. q holds
+/// x.numel bytes.
 void quantize_fp8_(const TensorView& x, std::uint8_t* q, Fp8Format format, const float* scale,
-                   float* amax = nullptr, void* stream = nullptr);
+                   float* amax = nullptr, void* stream = nullptr,
+                   NanAmax nan = NanAmax::kPropagate);
 
-/// Current scaling in one call: *amax = max |x| (overwritten, not accumulated), then *scale =
+/// Current scaling in one call: *amax = max |x| (overwritten, not accumulated; NaN elements as
+/// rule.nan says), then *scale =
 /// current_scale(*amax, fp8_max(format), rule), *scale_inv = 1 / *scale, and q quantized with
 /// *scale. Two reads of x, no host synchronisation on CUDA.
 void quantize_fp8_current_(const TensorView& x, std::uint8_t* q, Fp8Format format,
@@ -205,8 +226,12 @@ void dequantize_fp8_(const std::uint8_t* q, Fp8Format format, const float* scale
 /// mx_block_exponent(block amax, format) goes to scales[row * ceil(cols / 32) + block], and each
 /// element to q as float_to_fp8_bits(float(x) * e8m0_to_inverse(e), format). A block holding inf
 /// or NaN (e = 0xff) is all NaN: every code is 0x7f (the sign of NaN * x is left open by IEEE 754).
+/// With NanAmax::kIgnore (TE) the block amax skips NaN elements: a block whose other elements are
+/// finite gets their exponent, and its NaN elements the format's NaN with their sign, as
+/// float_to_fp8_bits gives; a block of NaNs only has amax 0 (e = 0). Inf still gives 0xff.
 void quantize_mxfp8_(const TensorView& x, std::int64_t cols, std::uint8_t* q,
-                     std::uint8_t* scales, Fp8Format format, void* stream = nullptr);
+                     std::uint8_t* scales, Fp8Format format, void* stream = nullptr,
+                     NanAmax nan = NanAmax::kPropagate);
 
 /// MXFP8 dequantize: out[i] = out.dtype(fp8_bits_to_float(q[i]) * e8m0_to_float(scale of i's
 /// block)), with the block layout of quantize_mxfp8_; every element of a 0xff block is NaN.
@@ -226,10 +251,13 @@ struct DelayedTensor {
 
 /// The delayed rule's batched update, once per iteration, for the tensors cast since the last
 /// update (pass only those: a tensor that was not cast keeps its history unrolled, unlike TE
-/// before PR #825). For each: amax = max of the history (kMax) or slot 0 (kMostRecent); *scale =
-/// delayed_scale(amax, *scale, fp8_max(format), margin); *scale_inv = 1 / *scale; then the history
-/// rolls as TE's (slot i takes slot i+1, the last slot takes slot 0) and slot 0 is zeroed. All
-/// tensors on `device`; on CUDA one launch per 96 tensors, none of them synchronising.
+/// before PR #825), as TE's fused kernel (recipe/delayed_scaling.cu, kernel_bulk) does it. For
+/// each: a tensor whose slot 0 is 0 (cast, but only zeros) is left as it is: no roll, the same
+/// scale and scale_inv. Else amax = max of the history (kMax; NaN slots skipped under
+/// NanAmax::kIgnore, as fmaxf, or making it NaN under kPropagate) or slot 0 (kMostRecent); *scale
+/// = delayed_scale(amax, *scale, fp8_max(format), margin); *scale_inv = 1 / *scale; then the
+/// history rolls as TE's (slot i takes slot i+1, the last slot takes slot 0) and slot 0 is zeroed.
+/// All tensors on `device`; on CUDA one launch per 96 tensors, none of them synchronising.
 void delayed_scaling_update_(const DelayedTensor* tensors, std::size_t count,
                              const DelayedScaling& rule, Device device = {},
                              void* stream = nullptr);
