@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Release benchmarks (unscale-and-check, GradScaler + fused optimizer steps, per-iteration
-# overhead, the FP8 casts) and runs them once (JSON), with bench/python_overhead.py where
+# overhead, the FP8 casts, fp8::Linear against a bf16 torch::nn::Linear) and runs them once (JSON), with bench/python_overhead.py where
 # python3-torch >= 2.4 is installed, then prints the ratios of that run.
 # Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
 set -euo pipefail
@@ -26,6 +26,11 @@ fp8_json="$build/fp8_benchmark.json"
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   "$@" >"$fp8_json"
 results=("$json" "$optim_json" "$fp8_json")
+# fp8::Linear on the CPU beside a bf16 torch::nn::Linear (LibTorch >= 2.1 builds it): printed as
+# Google Benchmark prints it, the two side by side.
+if cmake --build "$build" -j"$jobs" --target fp8_linear_benchmark >/dev/null 2>&1; then
+  "$build/bench/fp8_linear_benchmark" "$@"
+fi
 # Python's GradScaler overhead, where python3-torch >= 2.4 is installed (exit 77 otherwise).
 python_json="$build/python_overhead.json"
 if python3 "$root/bench/python_overhead.py" >"$python_json"; then results+=("$python_json"); fi

@@ -193,10 +193,11 @@ struct LinearOptions {
 /// A drop-in for torch::nn::Linear (same parameters, same initialization). Outside an
 /// fp8::Autocast scope it is torch::nn::Linear. Inside, forward casts the input and the weight
 /// to FP8 and backward casts grad_output, each with its scale from the recipe; the GEMM is
-/// at::_scaled_mm where LibTorch has it for the device (CUDA, sm_89+, dimensions multiples of 16),
-/// else the FP8 values are dequantized and multiplied in the input's dtype (on the CPU an
-/// emulation: the FP8 rounding is real, the speed is not). The delayed-scaling state is made of
-/// buffers, so torch::save / torch::load keep it.
+/// at::_scaled_mm where LibTorch has it for the device (the CPU from LibTorch 2.14; CUDA from 2.5,
+/// sm_89+, dimensions multiples of 16) and the output is fp32, fp16 or bf16, else the FP8 values
+/// are dequantized and multiplied in the input's dtype (an emulation: the FP8 rounding is real,
+/// the speed is not). MXFP8 is emulated everywhere. The delayed-scaling state is made of buffers,
+/// so torch::save / torch::load keep it.
 class LinearImpl : public torch::nn::Cloneable<LinearImpl> {
  public:
   LinearImpl(std::int64_t in_features, std::int64_t out_features)
@@ -206,6 +207,13 @@ class LinearImpl : public torch::nn::Cloneable<LinearImpl> {
   void reset() override;
   void reset_parameters();
   void pretty_print(std::ostream& stream) const override;
+
+  /// As torch::nn::Module::to, except that the FP8 state (amax_history, scale, scale_inv) stays
+  /// float32, bit for bit: model->to(torch::kBFloat16) makes the parameters bf16, as TE's
+  /// modules keep their FP8 metadata in fp32.
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  using torch::nn::Module::to;
 
   /// input: [..., in_features] -> [..., out_features].
   at::Tensor forward(const at::Tensor& input);

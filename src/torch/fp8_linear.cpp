@@ -1,7 +1,8 @@
 // fp8::Linear (include/mixprec/fp8.h): torch::nn::Linear, whose forward inside an fp8::Autocast
 // scope casts its input and weight to FP8 (and its backward grad_output), each with the scale the
 // recipe chooses, through an autograd function. The GEMMs are at::_scaled_mm where LibTorch has it
-// for the device, else FP8 values dequantized and multiplied in the input's dtype.
+// for the device (CUDA from 2.5, the CPU from 2.14), else FP8 values dequantized and multiplied in
+// the input's dtype.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/nn/init.h>
@@ -24,6 +25,8 @@
 #else
 #define MIXPREC_FP8_SCALED_MM 0
 #endif
+// LibTorch 2.14 has a CPU kernel for at::_scaled_mm (any sizes and layouts, E4M3 and E5M2).
+#define MIXPREC_FP8_SCALED_MM_CPU MIXPREC_TORCH_AT_LEAST(2, 14)
 
 namespace mixprec::fp8 {
 namespace {
@@ -83,18 +86,20 @@ Cast cast(const Plan& plan, const at::Tensor& x, int column, core::Fp8Format for
 }
 
 /// Whether at::_scaled_mm takes op(a) [M, K] @ op(b) [K, N] here: a LibTorch that has it for the
-/// device (CUDA, LibTorch >= 2.5), sm_89+, every dimension a multiple of 16, an output dtype it
-/// writes, and not two E5M2 operands.
+/// device (the CPU from LibTorch 2.14; CUDA from 2.5, sm_89+, every dimension a multiple of 16),
+/// an output dtype it writes, and not two E5M2 operands.
 bool scaled_mm_fits(const at::Tensor& a, const at::Tensor& b, std::int64_t m, std::int64_t k,
                     std::int64_t n, at::ScalarType out) {
+  if (out != at::kFloat && out != at::kHalf && out != at::kBFloat16) return false;
+  if (a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2) return false;
+  if (a.is_cpu()) return MIXPREC_FP8_SCALED_MM_CPU;
 #if MIXPREC_FP8_SCALED_MM
   if (!a.is_cuda()) return false;
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(a.device().index());
   if (props->major * 10 + props->minor < 89) return false;
-  if (m % 16 != 0 || k % 16 != 0 || n % 16 != 0) return false;
-  if (out != at::kFloat && out != at::kHalf && out != at::kBFloat16) return false;
-  return !(a.scalar_type() == at::kFloat8_e5m2 && b.scalar_type() == at::kFloat8_e5m2);
+  return m % 16 == 0 && k % 16 == 0 && n % 16 == 0;
 #else
+  (void)m, (void)k, (void)n;
   return false;
 #endif
 }
@@ -106,8 +111,9 @@ at::Tensor fp8_mm(const Cast& a, bool ta, const Cast& b, bool tb, at::ScalarType
   const std::int64_t m = a.q.size(ta ? 1 : 0), k = a.q.size(ta ? 0 : 1);
   const std::int64_t n = b.q.size(tb ? 0 : 1);
   if (scaled_mm_fits(a.q, b.q, m, k, n, out)) {
-#if MIXPREC_FP8_SCALED_MM
-    // _scaled_mm wants mat1 row-major and mat2 column-major (cuBLASLt's FP8 "TN" layout).
+#if MIXPREC_FP8_SCALED_MM || MIXPREC_FP8_SCALED_MM_CPU
+    // _scaled_mm wants mat1 row-major and mat2 column-major (cuBLASLt's FP8 "TN" layout; the CPU
+    // kernel takes it too).
     const at::Tensor mat1 = ta ? a.q.t().contiguous() : a.q.contiguous();
     const at::Tensor mat2 = (tb ? b.q.contiguous() : b.q.t().contiguous()).t();
     return at::_scaled_mm(mat1, mat2, a.scale_inv, b.scale_inv, std::nullopt, std::nullopt, out);
@@ -221,6 +227,29 @@ void LinearImpl::reset_parameters() {
     const double bound = 1 / std::sqrt(fan_in);
     torch::nn::init::uniform_(bias, -bound, bound);
   }
+}
+
+namespace {
+// Runs convert (a Module::to), then puts back the FP8 state's float32 values, moved to wherever
+// the conversion put the parameters.
+template <typename Convert>
+void keeping_fp8_state(LinearImpl& m, const Convert& convert) {
+  const at::Tensor history = m.amax_history.detach().clone(), scale = m.scale.detach().clone(),
+                   scale_inv = m.scale_inv.detach().clone();
+  convert();
+  const c10::Device device = m.weight.device();
+  m.amax_history.set_data(history.to(device));
+  m.scale.set_data(scale.to(device));
+  m.scale_inv.set_data(scale_inv.to(device));
+}
+}  // namespace
+
+void LinearImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  keeping_fp8_state(*this, [&] { torch::nn::Module::to(device, dtype, non_blocking); });
+}
+
+void LinearImpl::to(torch::Dtype dtype, bool non_blocking) {
+  keeping_fp8_state(*this, [&] { torch::nn::Module::to(dtype, non_blocking); });
 }
 
 void LinearImpl::pretty_print(std::ostream& stream) const {

@@ -82,23 +82,56 @@ struct Scales {
   float inv[3] = {1, 1, 1};
 };
 
-/// The per-tensor recipes built from PyTorch ops: each operand cast by the chain and read back,
-/// at::linear forward; grad_input = deq(g) @ deq(w), grad_weight = deq(g)^T @ deq(x).
+/// Whether fp8::Linear's CPU GEMMs are at::_scaled_mm: LibTorch >= 2.14 has a CPU kernel, for
+/// fp32, fp16 and bf16 outputs.
+bool cpu_scaled_mm(at::ScalarType dtype) {
+  return MIXPREC_TORCH_AT_LEAST(2, 14) &&
+         (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16);
+}
+
+/// op(a) @ op(b) of FP8 operands with their scale_invs: at::_scaled_mm called directly (mat1
+/// row-major, mat2 column-major) where fp8::Linear uses it, else dequantized and multiplied.
+at::Tensor ref_mm(const at::Tensor& aq, float a_inv, bool ta, const at::Tensor& bq, float b_inv,
+                  bool tb, at::ScalarType dtype) {
+#if MIXPREC_TORCH_AT_LEAST(2, 14)
+  if (cpu_scaled_mm(dtype)) {
+    const at::Tensor mat1 = ta ? aq.t().contiguous() : aq.contiguous();
+    const at::Tensor mat2 = (tb ? bq.contiguous() : bq.t().contiguous()).t();
+    return at::_scaled_mm(mat1, mat2, scalar(a_inv), scalar(b_inv), std::nullopt, std::nullopt,
+                          dtype);
+  }
+#endif
+  const at::Tensor ad = fp8_ref::dequantize(aq, scalar(a_inv), dtype);
+  const at::Tensor bd = fp8_ref::dequantize(bq, scalar(b_inv), dtype);
+  return (ta ? ad.t() : ad).mm(tb ? bd.t() : bd);
+}
+
+/// The per-tensor recipes built from PyTorch ops: each operand cast by the chain; forward
+/// x @ w^T (+ bias); grad_input = g @ w, grad_weight = g^T @ x, each by ref_mm. Without
+/// _scaled_mm the forward is at::linear of the dequantized operands (its bias fused).
 Result reference_per_tensor(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                             const at::Tensor& r, const Scales& sc, at::ScalarType grad_fp8) {
   const at::ScalarType dtype = x.scalar_type();
   const at::Tensor x2 = x.reshape({-1, kIn});
-  const at::Tensor xd =
-      fp8_ref::dequantize(fp8_ref::quantize(x2, scalar(sc.s[0]), kE4M3), scalar(sc.inv[0]), dtype);
-  const at::Tensor wd =
-      fp8_ref::dequantize(fp8_ref::quantize(w, scalar(sc.s[1]), kE4M3), scalar(sc.inv[1]), dtype);
+  const at::Tensor xq = fp8_ref::quantize(x2, scalar(sc.s[0]), kE4M3);
+  const at::Tensor wq = fp8_ref::quantize(w, scalar(sc.s[1]), kE4M3);
   std::vector<std::int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = kOut;
-  const at::Tensor y = at::linear(xd, wd, b.defined() ? b.to(dtype) : b).view(out_shape);
+  const at::Tensor bias = b.defined() ? b.to(dtype) : b;
+  at::Tensor y;
+  if (cpu_scaled_mm(dtype)) {
+    y = ref_mm(xq, sc.inv[0], false, wq, sc.inv[1], true, dtype);
+    if (bias.defined()) y.add_(bias);
+  } else {
+    y = at::linear(fp8_ref::dequantize(xq, scalar(sc.inv[0]), dtype),
+                   fp8_ref::dequantize(wq, scalar(sc.inv[1]), dtype), bias);
+  }
   const at::Tensor g2 = r.to(dtype).reshape({-1, kOut});
-  const at::Tensor gd = fp8_ref::dequantize(fp8_ref::quantize(g2, scalar(sc.s[2]), grad_fp8),
-                                            scalar(sc.inv[2]), dtype);
-  return {y, gd.mm(wd).view(x.sizes()), gd.t().mm(xd).to(w.scalar_type()), bias_grad(g2, b)};
+  const at::Tensor gq = fp8_ref::quantize(g2, scalar(sc.s[2]), grad_fp8);
+  return {y.view(out_shape),
+          ref_mm(gq, sc.inv[2], false, wq, sc.inv[1], false, dtype).view(x.sizes()),
+          ref_mm(gq, sc.inv[2], true, xq, sc.inv[0], false, dtype).to(w.scalar_type()),
+          bias_grad(g2, b)};
 }
 
 /// MXFP8 from PyTorch ops: blocks along each GEMM's reduction dim (forward: in_features;
@@ -157,6 +190,29 @@ TEST(Fp8LinearTest, OutsideAutocastIsTorchLinear) {
   EXPECT_EQ(printed.str(), "mixprec::fp8::Linear(in_features=40, out_features=24, bias=true)");
 }
 
+TEST(Fp8LinearTest, ToAnotherDtypeKeepsTheFp8StateFloat32) {
+  // model->to(torch::kBFloat16), as a bf16 training run starts: the parameters become bf16, the
+  // FP8 state stays float32 bit for bit (a bf16 scale would lose bits, and forward refuses it).
+  fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(4));
+  fp8::Linear lin(fp8::LinearOptions(kIn, kOut).amax_history_len(4));
+  run(lin, &recipe, torch::randn({2, kIn}) * 3.3, torch::randn({2, kOut}));
+  { fp8::Autocast scope(recipe); }
+  const at::Tensor history = lin->amax_history.clone(), scale = lin->scale.clone();
+  torch::nn::Sequential model(lin);
+  model->to(torch::kBFloat16);
+  EXPECT_EQ(lin->weight.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(lin->bias.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(bitwise_equal(lin->amax_history, history));
+  EXPECT_TRUE(bitwise_equal(lin->scale, scale));
+  EXPECT_EQ(lin->named_buffers()["scale"].data_ptr(), lin->scale.data_ptr());  // still registered
+  lin->to(torch::kCPU, torch::kDouble);
+  EXPECT_EQ(lin->weight.scalar_type(), at::kDouble);
+  EXPECT_TRUE(bitwise_equal(lin->scale, scale));
+  lin->to(torch::kBFloat16);
+  fp8::Autocast scope(recipe);
+  EXPECT_EQ(lin(torch::randn({2, kIn}).to(at::kBFloat16)).scalar_type(), at::kBFloat16);
+}
+
 TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
   for (const auto& [dtype, with_bias] :
        {std::pair{at::kFloat, true}, std::pair{at::kBFloat16, true}, std::pair{at::kHalf, true},
@@ -207,6 +263,37 @@ TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
         EXPECT_EQ(got.gw.scalar_type(), at::kFloat);
       }
     }
+  }
+}
+
+TEST(Fp8LinearTest, CpuGemmIsScaledMmWithinItsToleranceOfDequantizeAndMatmul) {
+  // LibTorch >= 2.14: the CPU GEMMs are at::_scaled_mm (bit for bit in the tests above); here
+  // they are held against the emulation they replace, dequantize-and-matmul, within the
+  // tolerance docs/fp8.md gives (the operands are the same FP8 values; only the accumulation
+  // and the rounding of the output differ).
+  if (!cpu_scaled_mm(at::kFloat)) GTEST_SKIP() << "no CPU at::_scaled_mm before LibTorch 2.14";
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(dtype);
+    torch::manual_seed(23);
+    fp8::Linear lin(fp8::LinearOptions(kIn, kOut));
+    fp8::Recipe recipe(fp8::RecipeOptions().scaling(fp8::Scaling::kCurrent));
+    const at::Tensor x = torch::randn({64, kIn}).to(dtype);
+    const at::Tensor r = torch::randn({64, kOut}).to(dtype);
+    const Result got = run(lin, &recipe, x, r);
+    const at::Tensor inv = lin->scale_inv;
+    const at::Tensor xd =
+        fp8_ref::dequantize(fp8_ref::quantize(x, lin->scale[0], kE4M3), inv[0], at::kFloat);
+    const at::Tensor wd = fp8_ref::dequantize(
+        fp8_ref::quantize(lin->weight.detach(), lin->scale[1], kE4M3), inv[1], at::kFloat);
+    const at::Tensor gd = fp8_ref::dequantize(fp8_ref::quantize(r, lin->scale[2], at::kFloat8_e5m2),
+                                              inv[2], at::kFloat);
+    const double rtol = dtype == at::kFloat ? 1e-5 : 1e-2;  // bf16: its own rounding
+    const auto close = [&](const at::Tensor& a, const at::Tensor& b) {
+      return at::allclose(a.to(at::kFloat), b, rtol, rtol * b.abs().max().item<double>());
+    };
+    EXPECT_TRUE(close(got.y, at::linear(xd, wd, lin->bias.detach())));
+    EXPECT_TRUE(close(got.gx, gd.mm(wd)));
+    EXPECT_TRUE(close(got.gw, gd.t().mm(xd)));
   }
 }
 
