@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Release benchmarks (unscale-and-check, GradScaler + fused optimizer steps, per-iteration
-# overhead, the FP8 casts, fp8::Linear against a bf16 torch::nn::Linear) and runs them once (JSON), with bench/python_overhead.py where
-# python3-torch >= 2.4 is installed, then prints the ratios of that run.
+# overhead, the FP8 casts, fp8::Linear against a bf16 torch::nn::Linear) and runs them once
+# (JSON), with bench/python_overhead.py where python3-torch >= 2.4 is installed, then prints the
+# ratios of that run.
 # Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
 set -euo pipefail
 
