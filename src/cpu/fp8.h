@@ -1,4 +1,4 @@
-// CPU backend of the FP8 kernels (internal; called only from src/core/kernels.cpp, which has
+// CPU backend of the FP8 kernels (internal; called only from src/core/kernels_fp8.cpp, which has
 // validated the arguments). OpenMP threads over pieces of the tensor, Highway SIMD inside each
 // piece (src/cpu/fp8_simd.cpp); results never depend on the thread count or the SIMD target.
 #pragma once

@@ -1,5 +1,5 @@
 // CUDA kernels of the core's FP8 scaling (include/mixprec/core/fp8.h; the dispatch point,
-// src/core/kernels.cpp, checks the arguments and sets the device): amax, per-tensor quantize (with
+// src/core/kernels_fp8.cpp, checks the arguments and sets the device): amax, per-tensor quantize (with
 // the fused amax of delayed scaling), current scaling in two launches that never wait for the host,
 // dequantize, MXFP8 block quantize and dequantize, and the batched delayed-scaling update. Each
 // thread's work is fp8_elements.cuh's host/device code over fp8.h's element functions, so the
