@@ -195,6 +195,61 @@ void dequantize_mxfp8_(const std::uint8_t* q, const std::uint8_t* scales, std::i
   (void)stream;
 }
 
+namespace {
+// x (or out) read as rows of cols, cut into tiles of tile_rows x tile_cols.
+void check_tiles(const TensorView& view, std::int64_t cols, std::int64_t tile_rows,
+                 std::int64_t tile_cols, const float* scale_inv, const char* who,
+                 const char* name) {
+  MIXPREC_CHECK(cols > 0, who, ": cols must be > 0, got ", cols);
+  MIXPREC_CHECK(view.numel % cols == 0, who, ": ", name, " has ", view.numel,
+                " elements, not a multiple of cols = ", cols, " (it is read as rows of cols)");
+  MIXPREC_CHECK(tile_rows > 0 && tile_cols > 0, who, ": tiles must be at least 1 x 1, got ",
+                tile_rows, " x ", tile_cols);
+  MIXPREC_CHECK(scale_inv != nullptr || view.numel == 0, who, ": scale_inv is null but ", name,
+                " has ", view.numel, " elements");
+}
+}  // namespace
+
+void quantize_fp8_tiles_(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                         std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
+                         Fp8Format format, const CurrentScaling& rule, void* stream) {
+  constexpr const char* kWho = "quantize_fp8_tiles_";
+  check_format(format, kWho);
+  check_fp8_view(x, kWho, "x", q);
+  check_tiles(x, cols, tile_rows, tile_cols, scale_inv, kWho, "x");
+  MIXPREC_CHECK(rule.eps >= 0.0f && !is_nonfinite(rule.eps), kWho,
+                ": CurrentScaling::eps must be finite and >= 0, got ", rule.eps);
+  check_nan(rule.nan, kWho);
+  run_fp8(
+      x.device, kWho,
+      [&] { cpu::quantize_fp8_tiles(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule); },
+      [&] {
+#ifdef MIXPREC_WITH_CUDA
+        cuda::quantize_fp8_tiles(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule,
+                                 stream);
+#endif
+      });
+  (void)stream;
+}
+
+void dequantize_fp8_tiles_(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                           std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                           const TensorView& out, void* stream) {
+  constexpr const char* kWho = "dequantize_fp8_tiles_";
+  check_format(format, kWho);
+  check_fp8_view(out, kWho, "out", q);
+  check_tiles(out, cols, tile_rows, tile_cols, scale_inv, kWho, "out");
+  run_fp8(
+      out.device, kWho,
+      [&] { cpu::dequantize_fp8_tiles(q, scale_inv, cols, tile_rows, tile_cols, format, out); },
+      [&] {
+#ifdef MIXPREC_WITH_CUDA
+        cuda::dequantize_fp8_tiles(q, scale_inv, cols, tile_rows, tile_cols, format, out, stream);
+#endif
+      });
+  (void)stream;
+}
+
 void delayed_scaling_update_(const DelayedTensor* tensors, std::size_t count,
                              const DelayedScaling& rule, Device device, void* stream) {
   constexpr const char* kWho = "delayed_scaling_update_";

@@ -125,4 +125,40 @@ void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::in
                   });
 }
 
+// Tiles: pieces of whole tiles, about kTaskBytes each.
+namespace {
+std::int64_t tile_count(std::int64_t numel, std::int64_t cols, std::int64_t th, std::int64_t tc) {
+  const std::int64_t rows = numel / cols;
+  return (rows + th - 1) / th * ((cols + tc - 1) / tc);
+}
+}  // namespace
+
+void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                        std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
+                        Fp8Format format, const CurrentScaling& rule) {
+  if (x.numel == 0) return;
+  const std::int64_t tile = std::min(tile_rows, x.numel / cols) * std::min(tile_cols, cols);
+  parallel_pieces(tile_count(x.numel, cols, tile_rows, tile_cols),
+                  std::max<std::int64_t>(1, per_piece(x.dtype) / tile),
+                  threads_for_bytes(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
+                    quantize_tiles(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule,
+                                   first, last);
+                    return 0.0f;
+                  });
+}
+
+void dequantize_fp8_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                          std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                          const TensorView& out) {
+  if (out.numel == 0) return;
+  const std::int64_t tile = std::min(tile_rows, out.numel / cols) * std::min(tile_cols, cols);
+  parallel_pieces(tile_count(out.numel, cols, tile_rows, tile_cols),
+                  std::max<std::int64_t>(1, per_piece(out.dtype) / tile),
+                  threads_for_bytes(bytes_of(out)), [&](std::int64_t first, std::int64_t last) {
+                    dequantize_tiles(q, scale_inv, cols, tile_rows, tile_cols, format, out, first,
+                                     last);
+                    return 0.0f;
+                  });
+}
+
 }  // namespace mixprec::core::cpu

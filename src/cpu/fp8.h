@@ -30,4 +30,14 @@ void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q,
 void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
                       Fp8Format format, const TensorView& out);
 
+/// core::quantize_fp8_tiles_ on the CPU.
+void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                        std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
+                        Fp8Format format, const CurrentScaling& rule);
+
+/// core::dequantize_fp8_tiles_ on the CPU.
+void dequantize_fp8_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                          std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                          const TensorView& out);
+
 }  // namespace mixprec::core::cpu

@@ -287,6 +287,60 @@ void dequantize_mx(const std::uint8_t* q, const std::uint8_t* scales, std::int64
                  });
 }
 
+// The tiles first .. last - 1 of x read as rows of `cols` (ceil(cols / tc) tiles a row of tiles,
+// each th x tc, numbered row-major), calling body(tile, rows [r0, r1), columns [c0, c1)).
+template <class Body>
+HWY_INLINE void for_each_tile(std::int64_t rows, std::int64_t cols, std::int64_t th,
+                              std::int64_t tc, std::int64_t first, std::int64_t last,
+                              const Body& body) {
+  const std::int64_t per_row = (cols + tc - 1) / tc;
+  for (std::int64_t t = first; t < last; ++t) {
+    const std::int64_t r0 = t / per_row * th, c0 = t % per_row * tc;
+    body(t, r0, std::min(rows, r0 + th), c0, std::min(cols, c0 + tc));
+  }
+}
+
+// Per tile: its amax (a pass over each of its row segments; NaN as rule.nan says), the scale of
+// the current rule, then the codes row segment by row segment (the tile is in cache by then).
+template <Fp8Format kFormat, class Src>
+void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::int64_t th,
+                    std::int64_t tc, std::uint8_t* q, float* scale_inv,
+                    const CurrentScaling& rule, std::int64_t first, std::int64_t last) {
+  const bool skip_nan = rule.nan == NanAmax::kIgnore;
+  for_each_tile(rows, cols, th, tc, first, last,
+                [&](std::int64_t t, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                    std::int64_t c1) HWY_ATTR {
+                  std::uint32_t bits = 0;
+                  for (std::int64_t r = r0; r < r1; ++r) {
+                    const std::int64_t begin = r * cols + c0, end = r * cols + c1;
+                    prefetch_ahead(src, begin, end - begin);  // See Note [FP8 casts prefetch]
+                    bits = std::max(
+                        bits, skip_nan
+                                  ? quantize_range<Pass::kAmaxSkipNaN, kFormat>(src, begin, end,
+                                                                                 q, 1.0f)
+                                  : quantize_range<Pass::kAmax, kFormat>(src, begin, end, q, 1.0f));
+                  }
+                  const float scale = current_scale(amax_of_bits(bits), fp8_max(kFormat), rule);
+                  scale_inv[t] = 1.0f / scale;
+                  for (std::int64_t r = r0; r < r1; ++r) {
+                    quantize_codes<kFormat>(src, r * cols + c0, r * cols + c1, q, scale);
+                  }
+                });
+}
+
+template <Fp8Format kFormat, class Dst>
+void dequantize_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t rows,
+                      std::int64_t cols, std::int64_t th, std::int64_t tc, const Dst& dst,
+                      std::int64_t first, std::int64_t last) {
+  for_each_tile(rows, cols, th, tc, first, last,
+                [&](std::int64_t t, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                    std::int64_t c1) HWY_ATTR {
+                  for (std::int64_t r = r0; r < r1; ++r) {
+                    dequantize_range<kFormat>(q, r * cols + c0, r * cols + c1, scale_inv[t], dst);
+                  }
+                });
+}
+
 // ---- Dispatch on the dtype and the format -----------------------------------------------------
 
 // Calls fn(src) with the source of x's dtype.
@@ -388,6 +442,28 @@ void DequantizeMxBlocks(const std::uint8_t* q, const std::uint8_t* scales, std::
   });
 }
 
+void QuantizeTiles(const TensorView& x, std::int64_t cols, std::int64_t th, std::int64_t tc,
+                   std::uint8_t* q, float* scale_inv, Fp8Format format, const CurrentScaling& rule,
+                   std::int64_t first, std::int64_t last) {
+  with_src(x, [&](const auto& src) HWY_ATTR {
+    with_format(format, [&](auto f) HWY_ATTR {
+      quantize_tiles<decltype(f)::value>(src, x.numel / cols, cols, th, tc, q, scale_inv, rule,
+                                         first, last);
+    });
+  });
+}
+
+void DequantizeTiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                     std::int64_t th, std::int64_t tc, Fp8Format format, const TensorView& out,
+                     std::int64_t first, std::int64_t last) {
+  with_dst(out, [&](const auto& dst) HWY_ATTR {
+    with_format(format, [&](auto f) HWY_ATTR {
+      dequantize_tiles<decltype(f)::value>(q, scale_inv, out.numel / cols, cols, th, tc, dst,
+                                           first, last);
+    });
+  });
+}
+
 // The target this copy was compiled for, so tests can see which one the dispatcher picked.
 std::int64_t Fp8CompiledTarget() { return HWY_TARGET; }
 
@@ -403,6 +479,8 @@ HWY_EXPORT(QuantizeSpan);
 HWY_EXPORT(DequantizeSpan);
 HWY_EXPORT(QuantizeMxBlocks);
 HWY_EXPORT(DequantizeMxBlocks);
+HWY_EXPORT(QuantizeTiles);
+HWY_EXPORT(DequantizeTiles);
 HWY_EXPORT(Fp8CompiledTarget);
 
 float amax_span(const TensorView& x, NanAmax nan) { return HWY_DYNAMIC_DISPATCH(AmaxSpan)(x, nan); }
@@ -427,6 +505,20 @@ void dequantize_mx_blocks(const std::uint8_t* q, const std::uint8_t* scales, std
                           Fp8Format format, const TensorView& out, std::int64_t first_block,
                           std::int64_t last_block) {
   HWY_DYNAMIC_DISPATCH(DequantizeMxBlocks)(q, scales, cols, format, out, first_block, last_block);
+}
+
+void quantize_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                    std::int64_t tile_cols, std::uint8_t* q, float* scale_inv, Fp8Format format,
+                    const CurrentScaling& rule, std::int64_t first_tile, std::int64_t last_tile) {
+  HWY_DYNAMIC_DISPATCH(QuantizeTiles)(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule,
+                                      first_tile, last_tile);
+}
+
+void dequantize_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                      std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                      const TensorView& out, std::int64_t first_tile, std::int64_t last_tile) {
+  HWY_DYNAMIC_DISPATCH(DequantizeTiles)(q, scale_inv, cols, tile_rows, tile_cols, format, out,
+                                        first_tile, last_tile);
 }
 
 std::int64_t fp8_dispatched_simd_target() { return HWY_DYNAMIC_DISPATCH(Fp8CompiledTarget)(); }

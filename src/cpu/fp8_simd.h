@@ -37,6 +37,17 @@ void dequantize_mx_blocks(const std::uint8_t* q, const std::uint8_t* scales, std
                           Fp8Format format, const TensorView& out, std::int64_t first_block,
                           std::int64_t last_block);
 
+/// core::quantize_fp8_tiles_ of the tiles first_tile .. last_tile - 1 (numbered row-major; x, q:
+/// the whole tensor's).
+void quantize_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                    std::int64_t tile_cols, std::uint8_t* q, float* scale_inv, Fp8Format format,
+                    const CurrentScaling& rule, std::int64_t first_tile, std::int64_t last_tile);
+
+/// core::dequantize_fp8_tiles_ of the tiles first_tile .. last_tile - 1 (out: the whole tensor).
+void dequantize_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                      std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                      const TensorView& out, std::int64_t first_tile, std::int64_t last_tile);
+
 /// The Highway target the FP8 spans run on now; cpu::force_simd_target()
 /// (src/cpu/unscale_targets.h) forces it, as it forces the unscale kernel's.
 std::int64_t fp8_dispatched_simd_target();

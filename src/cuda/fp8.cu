@@ -1,10 +1,11 @@
 // CUDA kernels of the core's FP8 scaling (include/mixprec/core/fp8.h; the dispatch point,
-// src/core/kernels_fp8.cpp, checks the arguments and sets the device): amax, per-tensor quantize (with
-// the fused amax of delayed scaling), current scaling in two launches that never wait for the host,
-// dequantize, MXFP8 block quantize and dequantize, and the batched delayed-scaling update. Each
-// thread's work is fp8_elements.cuh's host/device code over fp8.h's element functions, so the
-// CUDA kernels give the CPU kernels' bits (tests/cuda/fp8_element_test.cpp and cuda_fp8_test.cpp
-// run it on the host; cuda_fp8_test.cpp and tests/gpu/fp8_cuda_test.cpp run the kernels).
+// src/core/kernels_fp8.cpp, checks the arguments and sets the device): amax, per-tensor quantize
+// (with the fused amax of delayed scaling), current scaling in two launches that never wait for
+// the host, dequantize, MXFP8 block quantize and dequantize, tile scaling (rowwise, 1x128,
+// 128x128), and the batched delayed-scaling update. Each thread's work is fp8_elements.cuh's
+// host/device code over fp8.h's element functions, so the CUDA kernels give the CPU kernels' bits
+// (tests/cuda/fp8_element_test.cpp and cuda_fp8_test.cpp run it on the host; cuda_fp8_test.cpp
+// and tests/gpu/fp8_cuda_test.cpp run the kernels).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -161,6 +162,52 @@ __global__ void delayed_update_kernel(DelayedBatch batch, DelayedScaling rule) {
   if (i < batch.count) delayed_update_one(batch.tensors[i], rule);
 }
 
+// Tile scaling: one block per tile (grid-stride over the tiles, block-uniform), the tile's amax
+// reduced over the block, the scale of the current rule computed by thread 0 and shared, then
+// the codes.
+template <DType kType, Fp8Format kFormat>
+__global__ void __launch_bounds__(kFp8Threads)
+    quantize_tiles_kernel(const typename Fp8Io<kType>::Storage* x, std::int64_t rows,
+                          std::int64_t cols, std::int64_t th, std::int64_t tc, std::int64_t tiles,
+                          std::uint8_t* q, float* scale_inv, CurrentScaling rule) {
+  __shared__ float tile_scale;
+  const bool skip_nan = rule.nan == NanAmax::kIgnore;
+  const std::int64_t per_row = (cols + tc - 1) / tc;
+  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const std::int64_t r0 = t / per_row * th, c0 = t % per_row * tc;
+    const std::int64_t h = (r0 + th < rows ? th : rows - r0), w = (c0 + tc < cols ? tc : cols - c0);
+    std::uint32_t bits = 0;
+    for (std::int64_t k = threadIdx.x; k < h * w; k += blockDim.x) {
+      const std::int64_t i = (r0 + k / w) * cols + c0 + k % w;
+      bits = max_bits(bits, amax_candidate(Fp8Io<kType>::load(x[i]), skip_nan));
+    }
+    bits = block_max(bits);
+    if (threadIdx.x == 0) {
+      tile_scale = current_scale(bits_to_float(canonical_amax_bits(bits)), fp8_max(kFormat), rule);
+      scale_inv[t] = 1.0f / tile_scale;
+    }
+    __syncthreads();
+    const float s = tile_scale;
+    for (std::int64_t k = threadIdx.x; k < h * w; k += blockDim.x) {
+      const std::int64_t i = (r0 + k / w) * cols + c0 + k % w;
+      q[i] = float_to_fp8_bits(cpu_mul(Fp8Io<kType>::load(x[i]), s), kFormat);
+    }
+    __syncthreads();  // tile_scale and block_max's shared memory are reused by the next tile
+  }
+}
+
+template <DType kType, Fp8Format kFormat>
+__global__ void __launch_bounds__(kFp8Threads)
+    dequantize_tiles_kernel(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                            std::int64_t th, std::int64_t tc, typename Fp8Io<kType>::Storage* out,
+                            std::int64_t n) {
+  const std::int64_t per_row = (cols + tc - 1) / tc;
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
+    const std::int64_t t = i / cols / th * per_row + i % cols / tc;
+    out[i] = Fp8Io<kType>::store(cpu_mul(fp8_bits_to_float(q[i], kFormat), scale_inv[t]));
+  }
+}
+
 // Calls f(DType-tag, Format-tag) with compile-time dtype and format.
 template <DType kType, typename F>
 void with_format(Fp8Format format, const F& f) {
@@ -285,6 +332,40 @@ void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::in
         q, scales, cols, mx_blocks, static_cast<StorageOf<kType>*>(out.data));
   });
   check(cudaGetLastError(), "fp8 dequantize_mxfp8_kernel launch");
+}
+
+void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                        std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
+                        Fp8Format format, const CurrentScaling& rule, void* stream) {
+  if (x.numel == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::int64_t rows = x.numel / cols;
+  const std::int64_t tiles =
+      (rows + tile_rows - 1) / tile_rows * ((cols + tile_cols - 1) / tile_cols);
+  const int blocks = static_cast<int>(tiles < kMaxBlocks ? tiles : kMaxBlocks);
+  with_types(x.dtype, format, [&](auto type, auto fmt) {
+    constexpr DType kType = decltype(type)::value;
+    constexpr Fp8Format kFormat = decltype(fmt)::value;
+    quantize_tiles_kernel<kType, kFormat><<<blocks, kFp8Threads, 0, s>>>(
+        static_cast<const StorageOf<kType>*>(x.data), rows, cols, tile_rows, tile_cols, tiles, q,
+        scale_inv, rule);
+  });
+  check(cudaGetLastError(), "fp8 quantize_tiles_kernel launch");
+}
+
+void dequantize_fp8_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                          std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                          const TensorView& out, void* stream) {
+  if (out.numel == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  with_types(out.dtype, format, [&](auto type, auto fmt) {
+    constexpr DType kType = decltype(type)::value;
+    constexpr Fp8Format kFormat = decltype(fmt)::value;
+    dequantize_tiles_kernel<kType, kFormat><<<blocks_for(out.numel), kFp8Threads, 0, s>>>(
+        q, scale_inv, cols, tile_rows, tile_cols, static_cast<StorageOf<kType>*>(out.data),
+        out.numel);
+  });
+  check(cudaGetLastError(), "fp8 dequantize_tiles_kernel launch");
 }
 
 void delayed_scaling_update(const DelayedTensor* tensors, std::size_t count,

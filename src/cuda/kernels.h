@@ -34,9 +34,10 @@ void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& h
                 const float* grad_scale, const float* found_inf, void* stream);
 
 // FP8 (src/cuda/fp8.cu): core::amax_, quantize_fp8_, quantize_fp8_current_, dequantize_fp8_,
-// quantize_mxfp8_, dequantize_mxfp8_ and delayed_scaling_update_ on the current device, queued on
-// `stream`; every pointer is device memory, except `tensors` of delayed_scaling_update (host
-// memory, the pointers in it device memory).
+// quantize_mxfp8_, dequantize_mxfp8_, the tile kernels and
+// delayed_scaling_update_ on the current device, queued on `stream`; every pointer is device
+// memory, except `tensors` of delayed_scaling_update (host memory, the pointers in it device
+// memory).
 void amax(const TensorView& x, float* amax, NanAmax nan, void* stream);
 void quantize_fp8(const TensorView& x, std::uint8_t* q, Fp8Format format, const float* scale,
                   float* amax, NanAmax nan, void* stream);
@@ -49,6 +50,12 @@ void quantize_mxfp8(const TensorView& x, std::int64_t cols, std::uint8_t* q, std
                     Fp8Format format, NanAmax nan, void* stream);
 void dequantize_mxfp8(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
                       Fp8Format format, const TensorView& out, void* stream);
+void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                        std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
+                        Fp8Format format, const CurrentScaling& rule, void* stream);
+void dequantize_fp8_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                          std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                          const TensorView& out, void* stream);
 void delayed_scaling_update(const DelayedTensor* tensors, std::size_t count,
                             const DelayedScaling& rule, void* stream);
 

@@ -333,9 +333,10 @@ TEST(Fp8KernelTest, DequantizeIsTheScalarDecodeTimesScaleInv) {
 
 // The current rule as written by torchao (float8_utils.py amax_to_scale: fp8_max / clamp(amax,
 // EPS) in float64, stored as float32; _round_scale_down_to_power_of_2) with TE's guards
-// (recipe_common.cuh: inf/NaN amax -> 1, infinite scale -> FLT_MAX).
+// (recipe_common.cuh: inf/NaN amax, or 0 with eps 0, -> 1; infinite scale -> FLT_MAX).
 float reference_current_scale(float amax, Fp8Format f, float eps, bool pow2) {
   if (!std::isfinite(amax)) return 1.0f;
+  if (std::max(amax, eps) == 0.0f) return 1.0f;  // TE's guard for amax 0 (eps 0)
   float scale = static_cast<float>(ref::decode(ref::max_code(f), f) / std::max<double>(amax, eps));
   if (std::isinf(scale)) scale = FLT_MAX;
   if (pow2) {
@@ -355,7 +356,7 @@ TEST(Fp8KernelTest, CurrentScalingWritesAmaxScaleScaleInvAndTheCodes) {
       {{1.0, -3.5, 2.0, 0.25}, 1e-12f},  // 448 / 3.5 = 128
       {{0.1, -1.7, 1e-3}, 1e-12f},       // not a power of two
       {{0.0, -0.0, 0.0}, 1e-12f},        // all zero: eps
-      {{0.0, 0.0}, 0.0f},                // no eps: an infinite scale -> FLT_MAX
+      {{0.0, 0.0}, 0.0f},                // no eps, amax 0: scale 1 (TE's guard)
       {{1e-40, -2e-41}, 0.0f},           // a subnormal amax: likewise
       {{1e-20, 1e-21}, 1e-12f},          // below eps
       {{1.0, -kInf, 2.0}, 1e-12f},       // inf: scale 1

@@ -81,13 +81,15 @@ MIXPREC_HOST_DEVICE inline float delayed_scale(float amax, float old_scale, floa
   return scale;
 }
 
-/// The current rule's scale for a tensor of this `amax`: fp8_max / max(amax, eps) (torchao), with
-/// TE's guards: an inf or NaN amax gives 1, an infinite scale the largest finite float. With
+/// The current rule's scale for a tensor (or tile) of this `amax`: fp8_max / max(amax, eps)
+/// (torchao), with TE's guards (recipe_common.cuh, compute_scale_from_amax): an inf or NaN amax,
+/// or an amax of 0 with eps 0, gives 1; an infinite scale the largest finite float. With
 /// power_of_2_scales it is rounded down to a power of two (its mantissa bits cleared).
 MIXPREC_HOST_DEVICE inline float current_scale(float amax, float fp8_max,
                                                const CurrentScaling& rule) {
   if (is_nonfinite(amax)) return 1.0f;
   const float clamped = amax < rule.eps ? rule.eps : amax;
+  if (clamped == 0.0f) return 1.0f;
   float scale = fp8_max / clamped;
   if (is_nonfinite(scale)) scale = bits_to_float(0x7f7fffffu);
   if (rule.power_of_2_scales) scale = bits_to_float(float_to_bits(scale) & 0xff800000u);
@@ -237,6 +239,23 @@ void quantize_mxfp8_(const TensorView& x, std::int64_t cols, std::uint8_t* q,
 /// block)), with the block layout of quantize_mxfp8_; every element of a 0xff block is NaN.
 void dequantize_mxfp8_(const std::uint8_t* q, const std::uint8_t* scales, std::int64_t cols,
                        Fp8Format format, const TensorView& out, void* stream = nullptr);
+
+/// Tile scaling, the current rule per tile: x is read as rows of `cols` elements (x.numel a
+/// multiple of cols) and cut into tiles of tile_rows x tile_cols (those at the bottom and right
+/// edges may be smaller), numbered row-major: tile (i, j) is number i * ceil(cols / tile_cols) +
+/// j. Per tile: scale = current_scale(tile amax, fp8_max(format), rule) (NaN elements as rule.nan
+/// says), scale_inv[tile] = 1 / scale, and each element q = float_to_fp8_bits(float(x) * scale).
+/// torchao's rowwise recipe is tiles of 1 x cols; TE's Float8BlockScaling is 1 x 128 for
+/// activations and gradients and 128 x 128 for weights (with eps 0).
+void quantize_fp8_tiles_(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                         std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
+                         Fp8Format format, const CurrentScaling& rule, void* stream = nullptr);
+
+/// Tile dequantize: out[i] = out.dtype(fp8_bits_to_float(q[i]) * scale_inv[tile of i]), with the
+/// tiles of quantize_fp8_tiles_.
+void dequantize_fp8_tiles_(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                           std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                           const TensorView& out, void* stream = nullptr);
 
 /// One tensor's delayed-scaling state, all on one device: its amax history (history_len slots,
 /// `stride` floats apart; slot 0 holds this iteration's amax, as TE's amax_history[0]), its
