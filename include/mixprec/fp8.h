@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "mixprec/torch_version.h"
 
@@ -69,6 +70,28 @@ MxTensor quantize_mxfp8(const at::Tensor& x, at::ScalarType fp8_dtype = at::kFlo
 /// Each element times its block's scale, rounded to out_dtype.
 at::Tensor dequantize_mxfp8(const MxTensor& q, at::ScalarType out_dtype);
 
+/// A tensor cast with one float32 scale per tile (core::quantize_fp8_tiles_): x read as rows of
+/// its last dimension, cut into tiles of tile_rows x tile_cols (smaller at the edges).
+struct TiledTensor {
+  at::Tensor data;       ///< fp8, the shape of the quantized tensor
+  at::Tensor scale_inv;  ///< float32 [ceil(rows / tile_rows), ceil(cols / tile_cols)]: 1 / scale
+  std::int64_t tile_rows = 1;
+  std::int64_t tile_cols = 1;
+};
+
+/// Tile-scaled quantize with the current rule per tile: scale = fp8_max / max(amax, eps), 1 for
+/// an amax of 0 (with eps 0), inf or NaN, rounded down to a power of two with power_of_2_scales.
+/// torchao's rowwise recipe is quantize_tiled(x, 1, x.size(-1), e4m3, true, 1e-12); TE's
+/// Float8BlockScaling is tiles of 1 x 128 (activations, gradients) and 128 x 128 (weights) with
+/// eps 0.
+TiledTensor quantize_tiled(const at::Tensor& x, std::int64_t tile_rows, std::int64_t tile_cols,
+                           at::ScalarType fp8_dtype = at::kFloat8_e4m3fn,
+                           bool power_of_2_scales = true, double eps = 0.0,
+                           NanAmax nan = NanAmax::kIgnore);
+
+/// Each element times its tile's scale_inv, rounded to out_dtype.
+at::Tensor dequantize_tiled(const TiledTensor& q, at::ScalarType out_dtype);
+
 // ---- Recipes --------------------------------------------------------------------------------
 
 /// How FP8 casts choose their scales.
@@ -77,6 +100,8 @@ enum class Scaling {
   kCurrent,  ///< torchao tensorwise / TE Float8CurrentScaling: from the tensor's own amax
   kMxfp8,    ///< TE MXFP8BlockScaling: an E8M0 scale per block of 32 (E4M3 elements)
   kNone,     ///< scale 1 everywhere: FP8 without scaling, for comparison (as enabled(false))
+  kRowwise,  ///< torchao ROWWISE: the current rule per row of each GEMM operand (E4M3)
+  kBlockwise,  ///< TE Float8BlockScaling: 1x128 tiles (activations, gradients), 128x128 (weights)
 };
 
 /// Which format each tensor is cast to.
@@ -91,17 +116,19 @@ enum class AmaxAlgo { kMax, kMostRecent };
 /// Every setting of a recipe; each default is TE's (delayed), torchao's (current eps).
 struct RecipeOptions {
   TORCH_ARG(Scaling, scaling) = Scaling::kDelayed;
-  /// kMxfp8 always uses E4M3 elements (as TE); the others follow this.
+  /// kMxfp8, kRowwise and kBlockwise always use E4M3 elements (their anchors' defaults); the
+  /// others follow this.
   TORCH_ARG(Format, format) = Format::kHybrid;
   /// Delayed: the scale is divided by 2^margin, in [-126, 127].
   TORCH_ARG(int, margin) = 0;
   /// Delayed: amaxes kept per tensor; fp8::Linear's buffers must have this length.
   TORCH_ARG(std::int64_t, amax_history_len) = 1024;
   TORCH_ARG(AmaxAlgo, amax_compute_algo) = AmaxAlgo::kMax;
-  /// Current: amaxes below eps count as eps.
+  /// Current and rowwise: amaxes below eps count as eps (blockwise uses TE's amax_epsilon, 0).
   TORCH_ARG(double, eps) = 1e-12;
-  /// Current: scales rounded down to powers of two.
-  TORCH_ARG(bool, power_of_2_scales) = false;
+  /// Current, rowwise and blockwise: scales rounded down to powers of two. Unset: off for
+  /// current (torchao tensorwise), on for rowwise (torchao ROWWISE) and blockwise (TE).
+  TORCH_ARG(std::optional<bool>, power_of_2_scales) = std::nullopt;
   /// Every rule: how the amaxes it records and reduces treat NaN elements. kIgnore is TE's (its
   /// kernels take fmaxf): a NaN in one cast neither freezes a delayed scale for the history's
   /// length, nor gives a current scale of 1, nor turns an MX block into NaN. kPropagate is

@@ -43,18 +43,24 @@ core::DelayedScaling delayed_rule(const RecipeOptions& options) {
   return rule;
 }
 
+bool power_of_2(const RecipeOptions& options) {
+  return options.power_of_2_scales().value_or(options.scaling() == Scaling::kRowwise ||
+                                              options.scaling() == Scaling::kBlockwise);
+}
+
 core::CurrentScaling current_rule(const RecipeOptions& options) {
   core::CurrentScaling rule;
-  rule.eps = static_cast<float>(options.eps());
-  rule.power_of_2_scales = options.power_of_2_scales();
+  rule.eps = options.scaling() == Scaling::kBlockwise ? 0.0f : static_cast<float>(options.eps());
+  rule.power_of_2_scales = power_of_2(options);
   rule.nan = core_nan(options.nan_amax());
   return rule;
 }
 
 core::Fp8Format grad_format(const RecipeOptions& options) {
-  return options.scaling() != Scaling::kMxfp8 && options.format() == Format::kHybrid
-             ? core::Fp8Format::kE5M2
-             : core::Fp8Format::kE4M3;
+  const Scaling s = options.scaling();
+  const bool e4m3_only = s == Scaling::kMxfp8 || s == Scaling::kRowwise || s == Scaling::kBlockwise;
+  return !e4m3_only && options.format() == Format::kHybrid ? core::Fp8Format::kE5M2
+                                                           : core::Fp8Format::kE4M3;
 }
 
 void RecipeState::record(DelayedEntry entry) {
@@ -247,6 +253,71 @@ at::Tensor dequantize_mxfp8(const MxTensor& q, at::ScalarType out_dtype) {
   const std::int64_t cols = q.data.size(-1);
   mixprec::detail::on_device(out.device(), [&](void* stream) {
     core::dequantize_mxfp8_(bytes(data), bytes(scales), cols, format, view, stream);
+  });
+  return out;
+}
+
+// ---- Tiles --------------------------------------------------------------------------------------
+
+TiledTensor quantize_tiled(const at::Tensor& x, std::int64_t tile_rows, std::int64_t tile_cols,
+                           at::ScalarType fp8_dtype, bool power_of_2_scales, double eps,
+                           NanAmax nan) {
+  constexpr const char* kWho = "fp8::quantize_tiled";
+  const core::Fp8Format format = detail::to_core_format(fp8_dtype, kWho);
+  TORCH_CHECK(x.defined(), kWho, ": expected a defined tensor");
+  TORCH_CHECK(x.dim() >= 1, kWho,
+              ": expected a tensor of at least one dimension (its rows run along the last one), "
+              "got a 0-dim tensor");
+  TORCH_CHECK(tile_rows >= 1 && tile_cols >= 1, kWho, ": tiles must be at least 1 x 1, got ",
+              tile_rows, " x ", tile_cols);
+  TORCH_CHECK(std::isfinite(eps) && eps >= 0, kWho, ": eps must be finite and >= 0, got ", eps);
+  const at::Tensor input = dense_input(x, kWho).contiguous();
+  const std::int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  TiledTensor out{
+      at::empty(x.sizes(), x.options().dtype(fp8_dtype)),
+      at::empty({(rows + tile_rows - 1) / tile_rows, (cols + tile_cols - 1) / tile_cols},
+                x.options().dtype(at::kFloat)),
+      tile_rows, tile_cols};
+  if (input.numel() == 0) return out;
+  core::CurrentScaling rule;
+  rule.eps = static_cast<float>(eps);
+  rule.power_of_2_scales = power_of_2_scales;
+  rule.nan = detail::core_nan(nan);
+  const core::TensorView view = mixprec::detail::to_view(input, kWho);
+  mixprec::detail::on_device(x.device(), [&](void* stream) {
+    core::quantize_fp8_tiles_(view, cols, tile_rows, tile_cols, bytes(out.data),
+                              out.scale_inv.data_ptr<float>(), format, rule, stream);
+  });
+  return out;
+}
+
+at::Tensor dequantize_tiled(const TiledTensor& q, at::ScalarType out_dtype) {
+  constexpr const char* kWho = "fp8::dequantize_tiled";
+  TORCH_CHECK(q.data.defined() && q.scale_inv.defined(), kWho,
+              ": expected defined data and scale_inv tensors");
+  const core::Fp8Format format = detail::to_core_format(q.data.scalar_type(), kWho);
+  TORCH_CHECK(q.data.dim() >= 1, kWho, ": expected data of at least one dimension");
+  TORCH_CHECK(q.tile_rows >= 1 && q.tile_cols >= 1, kWho, ": tiles must be at least 1 x 1, got ",
+              q.tile_rows, " x ", q.tile_cols);
+  const std::int64_t cols = q.data.size(-1), rows = cols == 0 ? 0 : q.data.numel() / cols;
+  const std::vector<std::int64_t> expected = {(rows + q.tile_rows - 1) / q.tile_rows,
+                                              (cols + q.tile_cols - 1) / q.tile_cols};
+  TORCH_CHECK(
+      q.scale_inv.scalar_type() == at::kFloat && q.scale_inv.sizes() == at::IntArrayRef(expected),
+      kWho, ": scale_inv of ", q.scale_inv.scalar_type(), " ", q.scale_inv.sizes(),
+      " does not fit data of shape ", q.data.sizes(), " in tiles of ", q.tile_rows, " x ",
+      q.tile_cols, " (expected float32 ", at::IntArrayRef(expected), ")");
+  TORCH_CHECK(q.scale_inv.device() == q.data.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              q.data.device(), " and ", q.scale_inv.device(), "! (", kWho, ": scale_inv)");
+  at::Tensor out = at::empty(q.data.sizes(), q.data.options().dtype(out_dtype));
+  const core::TensorView view = mixprec::detail::to_view(out, kWho);
+  if (out.numel() == 0) return out;
+  const at::Tensor data = q.data.contiguous();
+  const at::Tensor scale_inv = q.scale_inv.contiguous();
+  mixprec::detail::on_device(out.device(), [&](void* stream) {
+    core::dequantize_fp8_tiles_(bytes(data), scale_inv.data_ptr<float>(), cols, q.tile_rows,
+                                q.tile_cols, format, view, stream);
   });
   return out;
 }

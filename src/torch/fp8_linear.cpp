@@ -43,6 +43,8 @@ struct Plan : torch::CustomClassHolder {
   std::shared_ptr<detail::RecipeState> state;
   Scaling scaling = Scaling::kDelayed;
   NanAmax nan_amax = NanAmax::kIgnore;
+  bool power_of_2 = false;  // rowwise, blockwise
+  double eps = 0.0;         // rowwise (blockwise: TE's amax_epsilon, 0)
   core::Fp8Format grad_format = core::Fp8Format::kE4M3;
   at::Tensor amax_history, scale, scale_inv;  // the module's buffers
   at::ScalarType compute_dtype = at::kFloat;  // the input's dtype
@@ -79,9 +81,11 @@ Cast cast(const Plan& plan, const at::Tensor& x, int column, core::Fp8Format for
       return {quantize(x, one, dtype), one};
     }
     case Scaling::kMxfp8:
+    case Scaling::kRowwise:
+    case Scaling::kBlockwise:
       break;
   }
-  TORCH_INTERNAL_ASSERT(false, "fp8::Linear: no per-tensor cast for MXFP8");
+  TORCH_INTERNAL_ASSERT(false, "fp8::Linear: no per-tensor cast for a block-scaled recipe");
   return {};
 }
 
@@ -124,6 +128,48 @@ at::Tensor fp8_mm(const Cast& a, bool ta, const Cast& b, bool tb, at::ScalarType
   return (ta ? da.t() : da).mm(tb ? db.t() : db);
 }
 
+bool block_scaled(Scaling s) {
+  return s == Scaling::kMxfp8 || s == Scaling::kRowwise || s == Scaling::kBlockwise;
+}
+
+/// A GEMM operand cast with scales per block along its last dimension, the GEMM's reduction
+/// dimension: MXFP8 blocks of 32 (E8M0 scales), rows (rowwise: one float32 scale_inv per row), or
+/// TE's tiles (blockwise: 1 x 128 for activations and gradients, 128 x 128 for weights).
+struct BlockCast {
+  at::Tensor data, scales;
+  std::int64_t tile_rows = 1, tile_cols = 1;
+};
+
+/// The tiles of a rowwise or blockwise operand with `cols` columns.
+std::pair<std::int64_t, std::int64_t> tiles_of(const Plan& plan, std::int64_t cols, bool weight) {
+  if (plan.scaling == Scaling::kRowwise) return {1, std::max<std::int64_t>(cols, 1)};
+  return {weight ? 128 : 1, 128};
+}
+
+BlockCast block_cast(const Plan& plan, const at::Tensor& t, bool weight) {
+  if (plan.scaling == Scaling::kMxfp8) {
+    MxTensor m = quantize_mxfp8(t, at::kFloat8_e4m3fn, plan.nan_amax);
+    return {std::move(m.data), std::move(m.scales)};
+  }
+  const auto [rows, cols] = tiles_of(plan, t.size(-1), weight);
+  TiledTensor c =
+      quantize_tiled(t, rows, cols, at::kFloat8_e4m3fn, plan.power_of_2, plan.eps, plan.nan_amax);
+  return {std::move(c.data), std::move(c.scale_inv), rows, cols};
+}
+
+/// A cast saved in forward (its data and scales), with its tiles.
+BlockCast saved_cast(const Plan& plan, const at::Tensor& data, const at::Tensor& scales,
+                     bool weight) {
+  if (plan.scaling == Scaling::kMxfp8) return {data, scales};
+  const auto [rows, cols] = tiles_of(plan, data.size(-1), weight);
+  return {data, scales, rows, cols};
+}
+
+at::Tensor block_dequantize(const Plan& plan, const BlockCast& c, at::ScalarType dtype) {
+  if (plan.scaling == Scaling::kMxfp8) return dequantize_mxfp8({c.data, c.scales}, dtype);
+  return dequantize_tiled({c.data, c.scales, c.tile_rows, c.tile_cols}, dtype);
+}
+
 /// The autograd function of fp8::Linear under a recipe, on 2-D [M, in] inputs.
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   // bias is optional: Function::apply refuses an undefined tensor (LibTorch 2.6:
@@ -134,16 +180,16 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
     const at::ScalarType dtype = plan->compute_dtype;
     const at::Tensor bias_c = bias.has_value() ? bias->to(dtype) : at::Tensor();
     at::Tensor y;
-    if (plan->scaling == Scaling::kMxfp8) {
-      // Blocks along the reduction dim of each GEMM (TE's rowwise / columnwise MXFP8 copies):
+    if (block_scaled(plan->scaling)) {
+      // Blocks along the reduction dim of each GEMM (TE's rowwise / columnwise copies):
       // forward reduces over in_features; backward's grad_input over out_features (weight^T
       // blocks) and grad_weight over the batch (input^T blocks), saved only when needed.
-      const MxTensor xr = quantize_mxfp8(x, at::kFloat8_e4m3fn, plan->nan_amax);
-      const MxTensor wr = quantize_mxfp8(weight, at::kFloat8_e4m3fn, plan->nan_amax);
-      y = at::linear(dequantize_mxfp8(xr, dtype), dequantize_mxfp8(wr, dtype), bias_c);
-      MxTensor xc, wc;
-      if (plan->weight_grad) xc = quantize_mxfp8(x.t(), at::kFloat8_e4m3fn, plan->nan_amax);
-      if (plan->input_grad) wc = quantize_mxfp8(weight.t(), at::kFloat8_e4m3fn, plan->nan_amax);
+      const BlockCast xr = block_cast(*plan, x, false), wr = block_cast(*plan, weight, true);
+      y = at::linear(block_dequantize(*plan, xr, dtype), block_dequantize(*plan, wr, dtype),
+                     bias_c);
+      BlockCast xc, wc;
+      if (plan->weight_grad) xc = block_cast(*plan, x.t(), false);
+      if (plan->input_grad) wc = block_cast(*plan, weight.t(), true);
       ctx->save_for_backward({xc.data, xc.scales, wc.data, wc.scales});
     } else {
       const Cast cx = cast(*plan, x, kInput, core::Fp8Format::kE4M3);
@@ -175,15 +221,16 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
                       .to(plan->bias_dtype);
     }
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
-    if (plan->scaling == Scaling::kMxfp8) {
-      const at::ScalarType e4m3 = at::kFloat8_e4m3fn;
+    if (block_scaled(plan->scaling)) {
       if (need_x) {
-        const at::Tensor g = dequantize_mxfp8(quantize_mxfp8(grad, e4m3, plan->nan_amax), dtype);
-        grad_input = g.mm(dequantize_mxfp8({saved[2], saved[3]}, dtype).t());
+        const at::Tensor g = block_dequantize(*plan, block_cast(*plan, grad, false), dtype);
+        grad_input =
+            g.mm(block_dequantize(*plan, saved_cast(*plan, saved[2], saved[3], true), dtype).t());
       }
       if (need_w) {
-        const at::Tensor gt = dequantize_mxfp8(quantize_mxfp8(grad.t(), e4m3, plan->nan_amax), dtype);
-        grad_weight = gt.mm(dequantize_mxfp8({saved[0], saved[1]}, dtype).t());
+        const at::Tensor gt = block_dequantize(*plan, block_cast(*plan, grad.t(), false), dtype);
+        grad_weight =
+            gt.mm(block_dequantize(*plan, saved_cast(*plan, saved[0], saved[1], false), dtype).t());
       }
     } else if (need_x || need_w) {
       const Cast cg = cast(*plan, grad, kGradOutput, plan->grad_format);
@@ -297,6 +344,8 @@ at::Tensor LinearImpl::forward(const at::Tensor& input) {
   plan->state = recipe->state();
   plan->scaling = opts.scaling();
   plan->nan_amax = opts.nan_amax();
+  plan->power_of_2 = detail::power_of_2(opts);
+  plan->eps = opts.scaling() == Scaling::kRowwise ? opts.eps() : 0.0;
   plan->grad_format = detail::grad_format(opts);
   plan->amax_history = amax_history;
   plan->scale = scale;

@@ -28,10 +28,15 @@ core::NanAmax core_nan(NanAmax nan);
 /// The core's settings of the delayed rule for these options.
 core::DelayedScaling delayed_rule(const RecipeOptions& options);
 
-/// The core's settings of the current rule for these options.
+/// Whether these options round scales to powers of two (power_of_2_scales, else the recipe's
+/// default: on for rowwise and blockwise).
+bool power_of_2(const RecipeOptions& options);
+
+/// The core's settings of the current rule for these options (per tensor, row or tile).
 core::CurrentScaling current_rule(const RecipeOptions& options);
 
-/// The format of gradients under these options (E5M2 for kHybrid, else E4M3; E4M3 for MXFP8).
+/// The format of gradients under these options (E5M2 for kHybrid, else E4M3; E4M3 for MXFP8,
+/// rowwise and blockwise).
 core::Fp8Format grad_format(const RecipeOptions& options);
 
 /// Current scaling's cast (core::quantize_fp8_current_): q of x with scale =

@@ -151,6 +151,29 @@ Result reference_mx(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
           mx(g2.t()).mm(mx(x2.t()).t()).to(w.scalar_type()), bias_grad(g2, b)};
 }
 
+/// Rowwise (1 x cols, eps 1e-12) or blockwise (1 x 128, weights 128 x 128, eps 0) from PyTorch ops,
+/// power-of-two scales (both recipes' defaults): blocks along each GEMM's reduction dim, as MXFP8.
+Result reference_tiles(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                       const at::Tensor& r, bool rowwise) {
+  const at::ScalarType dtype = x.scalar_type();
+  const auto tiles = [&](const at::Tensor& t, bool weight) {
+    const at::Tensor c = t.contiguous();
+    const std::int64_t th = rowwise || !weight ? 1 : 128, tc = rowwise ? c.size(1) : 128;
+    return fp8_ref::dequantize_tiles(
+        fp8_ref::quantize_tiles(c, th, tc, kE4M3, /*pow2=*/true, rowwise ? 1e-12 : 0.0), th, tc,
+        dtype);
+  };
+  const std::int64_t in = w.size(1), out = w.size(0);
+  const at::Tensor x2 = x.reshape({-1, in});
+  std::vector<std::int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = out;
+  const at::Tensor y =
+      at::linear(tiles(x2, false), tiles(w, true), b.defined() ? b.to(dtype) : b).view(out_shape);
+  const at::Tensor g2 = r.to(dtype).reshape({-1, out});
+  return {y, tiles(g2, false).mm(tiles(w.t(), true).t()).view(x.sizes()),
+          tiles(g2.t(), false).mm(tiles(x2.t(), false).t()).to(w.scalar_type()), bias_grad(g2, b)};
+}
+
 /// The current rule as torchao writes it (fp8_max / max(amax, eps), in float32 here as the
 /// core), with TE's guards: a non-finite amax gives 1, an infinite scale FLT_MAX.
 float current_scale(const at::Tensor& t, double fp8_max, double eps) {
@@ -217,10 +240,11 @@ TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
   for (const auto& [dtype, with_bias] :
        {std::pair{at::kFloat, true}, std::pair{at::kBFloat16, true}, std::pair{at::kHalf, true},
         std::pair{at::kFloat, false}}) {
-    for (const fp8::Scaling scaling : {fp8::Scaling::kDelayed, fp8::Scaling::kCurrent,
-                                       fp8::Scaling::kNone, fp8::Scaling::kMxfp8}) {
+    for (const fp8::Scaling scaling :
+         {fp8::Scaling::kDelayed, fp8::Scaling::kCurrent, fp8::Scaling::kNone, fp8::Scaling::kMxfp8,
+          fp8::Scaling::kRowwise, fp8::Scaling::kBlockwise}) {
       for (const fp8::Format format : {fp8::Format::kE4M3, fp8::Format::kHybrid}) {
-        const char* names[] = {"delayed", "current", "mxfp8", "none"};
+        const char* names[] = {"delayed", "current", "mxfp8", "none", "rowwise", "blockwise"};
         SCOPED_TRACE(::testing::Message()
                      << "dtype " << dtype << ", " << names[static_cast<int>(scaling)] << ", format "
                      << (format == fp8::Format::kHybrid ? "hybrid" : "e4m3")
@@ -238,9 +262,10 @@ TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
         const at::Tensor r = wide({2, 3, kOut}, 8) * 1e-3;
         const Result got = run(lin, &recipe, x, r);
         const at::Tensor b = with_bias ? lin->bias.detach() : at::Tensor();
+        const bool blocks = scaling == fp8::Scaling::kMxfp8 || scaling == fp8::Scaling::kRowwise ||
+                            scaling == fp8::Scaling::kBlockwise;
         const at::ScalarType grad_fp8 =
-            format == fp8::Format::kHybrid && scaling != fp8::Scaling::kMxfp8 ? at::kFloat8_e5m2
-                                                                              : kE4M3;
+            format == fp8::Format::kHybrid && !blocks ? at::kFloat8_e5m2 : kE4M3;
         Scales sc;  // delayed, first iteration, and none: 1
         if (scaling == fp8::Scaling::kCurrent) {
           const at::Tensor g = r.to(dtype);
@@ -253,9 +278,12 @@ TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
           EXPECT_TRUE(
               bitwise_equal(lin->scale_inv, torch::tensor({sc.inv[0], sc.inv[1], sc.inv[2]})));
         }
-        const Result want = scaling == fp8::Scaling::kMxfp8
-                                ? reference_mx(x, lin->weight.detach(), b, r)
-                                : reference_per_tensor(x, lin->weight.detach(), b, r, sc, grad_fp8);
+        const at::Tensor w = lin->weight.detach();
+        const Result want =
+            scaling == fp8::Scaling::kMxfp8 ? reference_mx(x, w, b, r)
+            : scaling == fp8::Scaling::kRowwise || scaling == fp8::Scaling::kBlockwise
+                ? reference_tiles(x, w, b, r, scaling == fp8::Scaling::kRowwise)
+                : reference_per_tensor(x, w, b, r, sc, grad_fp8);
         expect_same(got, want);
         // FP8 changed the result (the test would not see a recipe that does nothing).
         EXPECT_FALSE(got.y.equal(
@@ -294,6 +322,31 @@ TEST(Fp8LinearTest, CpuGemmIsScaledMmWithinItsToleranceOfDequantizeAndMatmul) {
     EXPECT_TRUE(close(got.y, at::linear(xd, wd, lin->bias.detach())));
     EXPECT_TRUE(close(got.gx, gd.mm(wd)));
     EXPECT_TRUE(close(got.gw, gd.t().mm(xd)));
+  }
+}
+
+TEST(Fp8LinearTest, BlockwiseAndRowwiseOnRaggedTilesMatchPyTorchOpsBitForBit) {
+  // Sizes that are not multiples of 128: activation tiles 1 x 128 with a short last one, weight
+  // tiles 128 x 128 short at the bottom and the right, and 130 rows (the batch is the reduction
+  // dim of grad_weight).
+  for (const fp8::Scaling scaling : {fp8::Scaling::kBlockwise, fp8::Scaling::kRowwise}) {
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (scaling == fp8::Scaling::kRowwise ? "rowwise" : "blockwise") << " "
+                   << dtype);
+      torch::manual_seed(24);
+      fp8::Linear lin(fp8::LinearOptions(300, 200));
+      fp8::Recipe recipe(fp8::RecipeOptions().scaling(scaling));
+      {
+        torch::NoGradGuard no_grad;
+        lin->weight.mul_(wide({200, 300}, 6).abs());
+      }
+      const at::Tensor x = wide({130, 300}, 8).to(dtype);
+      const at::Tensor r = wide({130, 200}, 8) * 1e-3;
+      const Result got = run(lin, &recipe, x, r);
+      expect_same(got, reference_tiles(x, lin->weight.detach(), lin->bias.detach(), r,
+                                       scaling == fp8::Scaling::kRowwise));
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -79,6 +80,47 @@ inline at::Tensor dequantize_mx(const Mx& q, at::ScalarType out) {
   const at::Tensor s =
       e8m0_power(q.scales.to(at::kLong), 1).repeat_interleave(32, -1).narrow(-1, 0, cols);
   return q.data.to(at::kFloat).mul(s).to(out);
+}
+
+/// A tile-scaled tensor of the reference: data as the input's shape, float32 scale_inv per tile.
+struct Tiled {
+  at::Tensor data, scale_inv;
+};
+
+/// Tile quantize with PyTorch ops, tile by tile of th x tc over x's rows (2-D x, ragged edges):
+/// the tile's amax, TE's compute_scale_from_amax in float32 ops (amax below eps counts as eps; 0
+/// gives 1; fp8_max / amax; the mantissa cleared for power-of-two scales), then the chain.
+inline Tiled quantize_tiles(const at::Tensor& x, std::int64_t th, std::int64_t tc,
+                            at::ScalarType dtype, bool pow2, double eps) {
+  const std::int64_t rows = x.size(0), cols = x.size(1);
+  Tiled out{at::empty(x.sizes(), x.options().dtype(dtype)),
+            at::empty({(rows + th - 1) / th, (cols + tc - 1) / tc}, x.options().dtype(at::kFloat))};
+  for (std::int64_t i = 0; i * th < rows; ++i) {
+    for (std::int64_t j = 0; j * tc < cols; ++j) {
+      const at::Tensor tile = x.narrow(0, i * th, std::min(th, rows - i * th))
+                                  .narrow(1, j * tc, std::min(tc, cols - j * tc));
+      at::Tensor amax = tile.abs().max().to(at::kFloat).clamp_min(eps);
+      at::Tensor scale = at::where(amax.eq(0), at::ones_like(amax),
+                                   torch::full({}, static_cast<float>(fp8_max(dtype))) / amax);
+      scale = at::where(scale.isinf(), torch::full({}, FLT_MAX), scale);
+      if (pow2) {
+        scale = scale.view(at::kInt).bitwise_and(static_cast<int>(0xff800000u)).view(at::kFloat);
+      }
+      out.scale_inv[i][j] = 1.0f / scale;
+      out.data.narrow(0, i * th, tile.size(0))
+          .narrow(1, j * tc, tile.size(1))
+          .copy_(quantize(tile, scale, dtype));
+    }
+  }
+  return out;
+}
+
+/// Each element times its tile's scale_inv, as float32, then to `out`.
+inline at::Tensor dequantize_tiles(const Tiled& q, std::int64_t th, std::int64_t tc,
+                                   at::ScalarType out) {
+  const at::Tensor inv = q.scale_inv.repeat_interleave(th, 0).repeat_interleave(tc, 1);
+  return (q.data.to(at::kFloat) * inv.narrow(0, 0, q.data.size(0)).narrow(1, 0, q.data.size(1)))
+      .to(out);
 }
 
 /// The bits of `t` as an integer tensor of its element size.
