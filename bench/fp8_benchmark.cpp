@@ -172,6 +172,23 @@ void BM_mixprec_quantize_mxfp8_e4m3(benchmark::State& state) {
   finish(state, 5);
 }
 
+// Tile scaling (rows of 4096): torchao's rowwise (a scale per row), TE's 1x128 and 128x128 tiles.
+void quantize_tiles(benchmark::State& state, std::int64_t tile_rows, std::int64_t tile_cols) {
+  const core::TensorView x = x_view(state.range(0));
+  static float* scale_inv = make_buffer<float>(kMax);
+  core::CurrentScaling rule;
+  rule.power_of_2_scales = true;
+  for (auto _ : state) {
+    core::quantize_fp8_tiles_(x, 4096, tile_rows, tile_cols, codes(), scale_inv,
+                              core::Fp8Format::kE4M3, rule);
+    benchmark::ClobberMemory();
+  }
+  finish(state, 5);
+}
+void BM_mixprec_quantize_rowwise_e4m3(benchmark::State& state) { quantize_tiles(state, 1, 4096); }
+void BM_mixprec_quantize_1x128_e4m3(benchmark::State& state) { quantize_tiles(state, 1, 128); }
+void BM_mixprec_quantize_128x128_e4m3(benchmark::State& state) { quantize_tiles(state, 128, 128); }
+
 void BM_mixprec_dequantize_e4m3(benchmark::State& state) {
   const core::TensorView out{output(), state.range(0), core::DType::kFloat32};
   const float scale_inv = 1.0f / kScale;
@@ -228,6 +245,9 @@ MIXPREC_BENCH(BM_mixprec_quantize_e4m3);
 MIXPREC_BENCH(BM_mixprec_amax);
 MIXPREC_BENCH(BM_mixprec_quantize_current_e4m3);
 MIXPREC_BENCH(BM_mixprec_quantize_mxfp8_e4m3);
+MIXPREC_BENCH(BM_mixprec_quantize_rowwise_e4m3);
+MIXPREC_BENCH(BM_mixprec_quantize_1x128_e4m3);
+MIXPREC_BENCH(BM_mixprec_quantize_128x128_e4m3);
 MIXPREC_BENCH(BM_loop_1to4);
 MIXPREC_BENCH(BM_mixprec_dequantize_e4m3);
 #ifdef MIXPREC_BENCH_TORCH_FP8

@@ -137,9 +137,11 @@ void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t til
                         std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
                         Fp8Format format, const CurrentScaling& rule) {
   if (x.numel == 0) return;
-  const std::int64_t tile = std::min(tile_rows, x.numel / cols) * std::min(tile_cols, cols);
-  parallel_pieces(tile_count(x.numel, cols, tile_rows, tile_cols),
-                  std::max<std::int64_t>(1, per_piece(x.dtype) / tile),
+  // Pieces of whole bands (the rows of one row of tiles), about kTaskBytes each.
+  const std::int64_t rows = x.numel / cols;
+  const std::int64_t band = std::min(tile_rows, rows) * cols;
+  parallel_pieces((rows + tile_rows - 1) / tile_rows,
+                  std::max<std::int64_t>(1, per_piece(x.dtype) / band),
                   threads_for_bytes(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
                     quantize_tiles(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule,
                                    first, last);

@@ -37,11 +37,11 @@ void dequantize_mx_blocks(const std::uint8_t* q, const std::uint8_t* scales, std
                           Fp8Format format, const TensorView& out, std::int64_t first_block,
                           std::int64_t last_block);
 
-/// core::quantize_fp8_tiles_ of the tiles first_tile .. last_tile - 1 (numbered row-major; x, q:
-/// the whole tensor's).
+/// core::quantize_fp8_tiles_ of the bands first_band .. last_band - 1 (band i: the tile_rows rows
+/// of the i-th row of tiles; x, q: the whole tensor's).
 void quantize_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
                     std::int64_t tile_cols, std::uint8_t* q, float* scale_inv, Fp8Format format,
-                    const CurrentScaling& rule, std::int64_t first_tile, std::int64_t last_tile);
+                    const CurrentScaling& rule, std::int64_t first_band, std::int64_t last_band);
 
 /// core::dequantize_fp8_tiles_ of the tiles first_tile .. last_tile - 1 (out: the whole tensor).
 void dequantize_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
