@@ -12,6 +12,8 @@
 //                                                                        OUT: scale (float32), q
 //            mx       quantize_mxfp8_ (NanAmax::kPropagate) of ROWS rows of COLS
 //                                                                        OUT: scales, q
+//            rowwise  quantize_fp8_tiles_ with tiles of 1 x COLS (torchao's rowwise), eps 1e-12,
+//                     kPropagate, POW2 0 | 1                            OUT: scale_inv per row, q
 //   DTYPE    float32 | float64 | float16 | bfloat16 (the elements of IN, little-endian)
 //   FORMAT   e4m3 | e5m2
 // Exit code 0, or 2 on bad arguments or an exception (its message on stderr).
@@ -94,6 +96,13 @@ int run(int argc, char** argv) {
     float scale = 0.0f, scale_inv = 0.0f, amax = 0.0f;
     mixprec::core::quantize_fp8_current_(x, q.data(), format, rule, &scale, &scale_inv, &amax);
     append(out, &scale, 1);
+  } else if (op == "rowwise") {
+    mixprec::core::CurrentScaling rule;
+    rule.power_of_2_scales = argc > 8 && std::string(argv[8]) == "1";
+    rule.nan = mixprec::core::NanAmax::kPropagate;  // torchao's torch.amax
+    std::vector<float> scale_inv(static_cast<std::size_t>(rows));
+    mixprec::core::quantize_fp8_tiles_(x, cols, 1, cols, q.data(), scale_inv.data(), format, rule);
+    append(out, scale_inv.data(), scale_inv.size());
   } else if (op == "mx") {
     std::vector<std::uint8_t> scales(static_cast<std::size_t>(rows * ((cols + 31) / 32)));
     mixprec::core::quantize_mxfp8_(x, cols, q.data(), scales.data(), format, nullptr,

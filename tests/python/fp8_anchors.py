@@ -12,13 +12,17 @@ What is compared (the core's CPU kernels, through mixprec_fp8_anchors, bit for b
   amax, then float64 fp8_max / max(amax, 1e-12) stored as float32, optionally
   round_scales_to_power_of_2, then x * scale clamped and cast): the scale and every code.
   mixprec's options: CurrentScaling{eps 1e-12, power_of_2_scales, nan = NanAmax::kPropagate}.
+- rowwise scaling against torchao's axiswise cast (hp_tensor_to_float8_dynamic with
+  ScalingGranularity.AXISWISE, axiswise_dim -1: one scale per row, torchao's ROWWISE recipe), with
+  and without power-of-two scales: every row's scale and every code. mixprec: quantize_fp8_tiles_
+  with tiles of 1 x cols, eps 1e-12, kPropagate.
 - MXFP8 against torchao's to_mx in ScaleCalculationMode.RCEIL (the mode whose exponent is
   mixprec's: amax / fp8_max rounded up to a power of two; FLOOR, torchao's default, is the OCP
   spec's floor): every E8M0 scale and every code. mixprec: quantize_mxfp8_ with kPropagate.
 
 Where the anchors' own arithmetic differs from the rule they implement, the difference is a named
 class, checked exactly, not skipped (docs/fp8.md lists them):
-- torchao tensorwise, power-of-two scales: exp2(floor(log2(s))) in float32, and log2 of a scale a
+- torchao tensorwise and axiswise, power-of-two scales: exp2(floor(log2(s))) in float32, and log2 of a scale a
   few ulps below 2^k rounds to k, so torchao rounds such a scale UP to 2^k (mixprec clears the
   mantissa: 2^(k-1)). Checked: the two differ by exactly a factor 2 and log2(s) rounds to k.
 - torchao to_mx RCEIL (its eager fallback): ceil(log2(amax / fp8_max)) in float32 misses by one
@@ -46,6 +50,7 @@ try:
     import ml_dtypes
     warnings.filterwarnings("ignore")
     from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
+    from torchao.float8.config import ScalingGranularity
     from torchao.float8.float8_training_tensor import LinearMMConfig
     from torchao.prototype.mx_formats.config import ScaleCalculationMode
     from torchao.prototype.mx_formats.mx_tensor import to_mx
@@ -214,6 +219,43 @@ def check_tensorwise(run, rng):
                 run.note("torchao pow2 scale rounded up (log2 rounding), constructed case")
 
 
+# ---- torchao axiswise (rowwise scaling) ----------------------------------------------------
+
+def check_rowwise(run, rng):
+    for dtype, tdtype in TORCH_DTYPES.items():
+        for pow2 in (False, True):
+            for k, base in enumerate(tensors(rng)):
+                x = torch.from_numpy(base).to(torch.float32).to(tdtype).contiguous()
+                raw = x.view(torch.int16).numpy().tobytes() if tdtype == torch.bfloat16 \
+                    else x.numpy().tobytes()
+                rows, cols = x.shape
+                out = run.call("rowwise", dtype, "e4m3", rows, cols, raw, ["1" if pow2 else "0"])
+                inv = np.frombuffer(out[:4 * rows], dtype=np.float32)
+                got = np.frombuffer(out[4 * rows:], dtype=np.uint8).reshape(rows, cols)
+                t = hp_tensor_to_float8_dynamic(
+                    x, torch.float8_e4m3fn, LinearMMConfig(),
+                    scaling_granularity=ScalingGranularity.AXISWISE, axiswise_dim=-1,
+                    round_scales_to_power_of_2=pow2)
+                want_scale = t._scale.reshape(-1).float().numpy()
+                want = t._data.contiguous().view(torch.uint8).numpy().reshape(rows, cols)
+                for r in range(rows):
+                    run.compared += 1 + cols
+                    # mixprec keeps 1 / scale (float32), as TE's scale_inv: compare with torchao's.
+                    scale = np.float32(1.0) / inv[r]
+                    what = f"rowwise {dtype} pow2={pow2} tensor {k} row {r}"
+                    if inv[r] == np.float32(1.0) / want_scale[r] and \
+                            same_codes(got[r], want[r], "e4m3").all():
+                        continue
+                    amax = float(x[r].abs().max().float())
+                    exact = np.float32(448.0) / np.float32(max(amax, 1e-12))
+                    if pow2 and want_scale[r] == 2 * scale and exact < want_scale[r] \
+                            and np.float32(np.log2(exact)) == np.log2(want_scale[r]):
+                        run.note("torchao pow2 scale rounded up (log2 rounding)")
+                        continue
+                    run.fail(f"{what}: scale mixprec {scale!r}, torchao {want_scale[r]!r} "
+                             f"(amax {amax!r})")
+
+
 # ---- torchao to_mx RCEIL -------------------------------------------------------------------
 
 def exact_mx_exponent(amax, fmax):
@@ -303,6 +345,7 @@ def main():
     rng = np.random.default_rng(31)
     check_ml_dtypes(run, rng)
     check_tensorwise(run, rng)
+    check_rowwise(run, rng)
     check_to_mx(run, rng)
     print(f"{run.compared} values compared, {run.failures} failures; documented differences: "
           f"{run.classes}")
