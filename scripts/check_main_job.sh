@@ -6,8 +6,8 @@
 # overflow; the demo printed its table, its scaled run skipped at least one step (summary.csv) and
 # tracked fp32 within 5%, its bf16 run tracked fp32 within 5%, and it wrote a PNG plot; its FP8 runs
 # (LibTorch >= 2.1; older LibTorch must say they were left out): fp8 without scaling above
-# FP8_FAIL_FACTOR x bf16's final loss, each recipe (delayed, current, MXFP8) within a factor
-# FP8_TRACK_FACTOR of it.
+# FP8_FAIL_FACTOR x bf16's final loss, each recipe (delayed, current, MXFP8, rowwise,
+# blockwise) within a factor FP8_TRACK_FACTOR of it.
 # Usage: scripts/check_main_job.sh [demo flags]   (build folder: build/, or $MIXPREC_BUILD_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,19 +55,19 @@ for row in "fp32" "fp16 no scaling" "fp16 + GradScaler" "bf16"; do
   grep -q "^$row  " "$log" || fail "the demo table has no '$row' row"
 done
 # The FP8 runs: all four rows (LibTorch >= 2.1), or the line saying why they were left out.
-fp8_rows=("fp8 no scaling" "fp8 delayed" "fp8 current" "fp8 MXFP8")
+fp8_rows=("fp8 no scaling" "fp8 delayed" "fp8 current" "fp8 MXFP8" "fp8 rowwise" "fp8 blockwise")
 fp8_ran=0
 for row in "${fp8_rows[@]}"; do
   if grep -q "^$row  " "$log"; then fp8_ran=$((fp8_ran + 1)); fi
 done
 left_out=$(grep -c "^fp8 runs: left out: this LibTorch (.*) has no float8 dtypes" "$log" || true)
-if ((fp8_ran == 4 && left_out == 0)); then
+if ((fp8_ran == ${#fp8_rows[@]} && left_out == 0)); then
   grep -q "^fp8 run  *vs bf16" "$log" || fail "the demo printed no fp8 table (vs bf16)"
 elif ((fp8_ran == 0 && left_out == 1)); then
   :
 else
-  fail "the demo printed $fp8_ran of the 4 fp8 rows and $left_out 'fp8 runs: left out' lines" \
-    "(expected 4 and 0 on LibTorch >= 2.1, 0 and 1 before)"
+  fail "the demo printed $fp8_ran of the ${#fp8_rows[@]} fp8 rows and $left_out 'fp8 runs: left" \
+    "out' lines (expected ${#fp8_rows[@]} and 0 on LibTorch >= 2.1, 0 and 1 before)"
 fi
 # Measured on LibTorch 2.6 (docs/demo.md, seeds 0-4): fp8 no scaling 194x-385x bf16's final loss,
 # the recipes 1.23x-1.64x (E4M3's 3 mantissa bits in the forward, not range).
@@ -92,7 +92,7 @@ if [[ -f $summary ]]; then
     awk -v r="$r" -v f="$FP8_FAIL_FACTOR" 'BEGIN {exit !(r != "" && r > f)}' ||
       fail "fp8 without scaling does not fail visibly: ${r:-no row} x bf16's final loss," \
         "expected > ${FP8_FAIL_FACTOR}x ($summary)"
-    for key in fp8_delayed fp8_current fp8_mxfp8; do
+    for key in fp8_delayed fp8_current fp8_mxfp8 fp8_rowwise fp8_blockwise; do
       r=$(ratio $key bf16)
       awk -v r="$r" -v f="$FP8_TRACK_FACTOR" 'BEGIN {exit !(r != "" && r > 1 / f && r < f)}' ||
         fail "$key does not track bf16: ${r:-no row} x its final loss, expected within a" \

@@ -46,9 +46,11 @@ void Fp8MlpImpl::count_flushed(const mixprec::fp8::Recipe& recipe, FlushCounter*
   torch::NoGradGuard no_grad;
   const fp8::RecipeOptions& o = recipe.options();
   const bool mx = o.scaling() == fp8::Scaling::kMxfp8;
-  const at::ScalarType grad_dtype = !mx && o.format() == fp8::Format::kHybrid
+  const bool tiled =
+      o.scaling() == fp8::Scaling::kRowwise || o.scaling() == fp8::Scaling::kBlockwise;
+  const at::ScalarType grad_dtype = !mx && !tiled && o.format() == fp8::Format::kHybrid
                                         ? at::kFloat8_e5m2
-                                        : at::kFloat8_e4m3fn;  // MXFP8: E4M3 always (as TE)
+                                        : at::kFloat8_e4m3fn;  // MXFP8, tiles: E4M3 always
   *scale_min = *scale_max = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const torch::Tensor g = grad_outputs_[i];
@@ -57,7 +59,22 @@ void Fp8MlpImpl::count_flushed(const mixprec::fp8::Recipe& recipe, FlushCounter*
     torch::Tensor back;  // the FP8 grad_output as the layer's GEMMs read it
     double lo = 1;
     double hi = 1;
-    if (mx) {
+    if (tiled) {
+      // The weight gradient's cast, as fp8_linear.cpp makes it: g^T's rows (rowwise: one scale
+      // per row, torchao's; blockwise: tiles of 1 x 128, TE's), power-of-two scales.
+      const torch::Tensor gt = g.t().contiguous();
+      const bool rowwise = o.scaling() == fp8::Scaling::kRowwise;
+      const fp8::TiledTensor q = fp8::quantize_tiled(
+          gt, 1, rowwise ? gt.size(1) : 128, at::kFloat8_e4m3fn, true, rowwise ? o.eps() : 0.0);
+      back = q.data.to(torch::kFloat).t();
+      // 1 / scale_inv: the scales; an all-zero row or tile has scale 1 and says nothing.
+      const torch::Tensor scales = q.scale_inv.reciprocal().flatten();
+      const torch::Tensor used = scales.masked_select(scales != 1);
+      if (used.numel() > 0) {
+        lo = used.min().item<double>();
+        hi = used.max().item<double>();
+      }
+    } else if (mx) {
       // The weight gradient's cast (every layer has one; linear0 has no grad_input GEMM): blocks
       // of 32 along the batch, the GEMM's reduction dimension (fp8_linear.cpp, as TE).
       const fp8::MxTensor q = fp8::quantize_mxfp8(g.t(), at::kFloat8_e4m3fn);

@@ -74,14 +74,18 @@ int run(const mixprec_demo::Options& o) {
                                 RunKind::kBf16};
   if (fp8_run_supported()) {
     std::cout << "fp8: mixprec::fp8::Linear layers (the same initial weights) under "
-                 "mixprec::fp8::Autocast(recipe), E4M3 forward, E5M2 gradients (MXFP8: E4M3, "
-                 "a scale per block of 32); recipes at their defaults; "
+                 "mixprec::fp8::Autocast(recipe), E4M3 forward, E5M2 gradients (MXFP8, rowwise, "
+                 "blockwise: E4M3, a scale per block of 32, row, tile); recipes at their "
+                 "defaults; "
               << (config.cuda ? "on CUDA"
-                              : "on the CPU an EMULATION: the FP8 rounding is real, "
-                                "the GEMMs are fp32 on dequantized values")
+                  : MIXPREC_TORCH_AT_LEAST(2, 14)
+                      ? "on the CPU: the per-tensor recipes' GEMMs are at::_scaled_mm, the "
+                        "block recipes' fp32 on dequantized values (an emulation)"
+                      : "on the CPU an EMULATION: the FP8 rounding is real, the GEMMs are fp32 "
+                        "on dequantized values")
               << "\n";
     kinds.insert(kinds.end(), {RunKind::kFp8None, RunKind::kFp8Delayed, RunKind::kFp8Current,
-                               RunKind::kFp8Mxfp8});
+                               RunKind::kFp8Mxfp8, RunKind::kFp8Rowwise, RunKind::kFp8Blockwise});
   } else {
     std::cout << "fp8 runs: left out: this LibTorch (" TORCH_VERSION
                  ") has no float8 dtypes (LibTorch >= 2.1 has)\n";
@@ -101,7 +105,8 @@ int run(const mixprec_demo::Options& o) {
   if (fp8_run_supported()) {
     print_fp8_table(std::cout, runs);
     std::cout << "(vs bf16: final loss over the bf16 run's; delayed and current have one scale "
-                 "per tensor, MXFP8 one per block of 32 elements)\n\n";
+                 "per tensor, MXFP8 one per block of 32 elements, rowwise one per row, blockwise "
+                 "one per tile)\n\n";
   }
 
   std::filesystem::create_directories(o.out);

@@ -87,8 +87,8 @@ bool write_plot(const std::string& dir, const std::vector<RunResult>& runs, std:
     << "scaling buys (fp16 rounds gradients below 2^{-25} to zero"
     << (with_fp8 ? ", fp8 E5M2 below 2^{-17}" : "") << ")'\n"
     << "set grid\nset key top right box opaque\nset lmargin 12\n"
-    // With 8 runs, the key in two columns in headroom above fp8 no scaling's flat line.
-    << (with_fp8 ? "set key maxrows 4\nset offsets 0, 0, graph 0.45, 0\n" : "")
+    // With 10 runs, the key in two columns in headroom above fp8 no scaling's flat line.
+    << (with_fp8 ? "set key maxrows 5\nset offsets 0, 0, graph 0.5, 0\n" : "")
     << "set logscale y\nset format y '10^{%L}'\n"
     << "set ylabel 'training loss (minibatch MSE)'\n"
     << "plot ";
@@ -102,6 +102,7 @@ bool write_plot(const std::string& dir, const std::vector<RunResult>& runs, std:
   const std::pair<const char*, const char*> styles[] = {
       {"fp16", "lw 1.5 lc rgb '#d62728'"},        {"fp8_none", "lw 1.5 lc rgb '#ff7f0e'"},
       {"bf16", "lw 1.5 lc rgb '#1f77b4'"},        {"fp8_mxfp8", "lw 1.5 lc rgb '#e377c2'"},
+      {"fp8_rowwise", "lw 1.5 lc rgb '#17becf'"}, {"fp8_blockwise", "lw 1.5 lc rgb '#bcbd22'"},
       {"fp8_current", "lw 1.5 lc rgb '#8c564b'"}, {"fp8_delayed", "lw 1.5 lc rgb '#9467bd'"},
       {"fp16_scaled", "lw 2.5 lc rgb '#2ca02c'"}, {"fp32", "lw 1.5 dt (6,6) lc rgb 'black'"},
   };
@@ -127,15 +128,21 @@ bool write_plot(const std::string& dir, const std::vector<RunResult>& runs, std:
     for (std::size_t j = fp8_runs.size(); j-- > 0;) {
       const RunResult& r = runs[fp8_runs[j]];
       const std::size_t lo = scale_col + 2 + 2 * j;
-      const char* color = r.key == "fp8_none"      ? "#ff7f0e"
-                          : r.key == "fp8_delayed" ? "#9467bd"
-                          : r.key == "fp8_current" ? "#8c564b"
-                                                   : "#e377c2";
+      const char* color = r.key == "fp8_none"        ? "#ff7f0e"
+                          : r.key == "fp8_delayed"   ? "#9467bd"
+                          : r.key == "fp8_current"   ? "#8c564b"
+                          : r.key == "fp8_rowwise"   ? "#17becf"
+                          : r.key == "fp8_blockwise" ? "#bcbd22"
+                                                     : "#e377c2";
       s << (first ? "" : ", ") << gp_quote(data.string());
-      if (r.key == "fp8_mxfp8") {
+      if (r.key == "fp8_mxfp8" || r.key == "fp8_rowwise" || r.key == "fp8_blockwise") {
         s << " using 1:" << lo << ":" << lo + 1 << " with filledcurves fs transparent solid 0.3 "
           << "lc rgb '" << color << "' title "
-          << gp_quote(r.name + ": smallest to largest of its blocks' scales (x 2^{127-e})");
+          << gp_quote(r.name + (r.key == "fp8_mxfp8"
+                                    ? ": smallest to largest of its blocks' scales (x 2^{127-e})"
+                                : r.key == "fp8_rowwise"
+                                    ? ": smallest to largest of its rows' scales"
+                                    : ": smallest to largest of its tiles' scales"));
       } else {
         s << " using 1:" << lo << " with lines lw 2 lc rgb '" << color << "' title "
           << gp_quote(r.name + (r.key == "fp8_none"      ? ": 1"

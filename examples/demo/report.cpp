@@ -36,10 +36,12 @@ void print_table(std::ostream& out, const std::vector<RunResult>& runs) {
       << "   grad elements flushed to 0 by fp16" << (any_fp8 ? " / fp8" : "") << "\n";
   for (const RunResult& r : runs) {
     // An FP8 run has no GradScaler: its scales are per tensor (per block), in the second table.
-    const std::string scale = !r.fp8                 ? format("%g", r.final_scale)
-                              : r.key == "fp8_mxfp8" ? "per block"
-                              : r.key == "fp8_none"  ? "none"
-                                                     : "per tensor";
+    const std::string scale = !r.fp8                     ? format("%g", r.final_scale)
+                              : r.key == "fp8_mxfp8"     ? "per block"
+                              : r.key == "fp8_rowwise"   ? "per row"
+                              : r.key == "fp8_blockwise" ? "per tile"
+                              : r.key == "fp8_none"      ? "none"
+                                                         : "per tensor";
     out << std::left << std::setw(19) << r.name << std::right << std::setw(12)
         << format("%.3e", r.final_loss) << std::setw(10)
         << (reference > 0 ? format("%.2fx", r.final_loss / reference) : "-") << std::setw(9)
@@ -72,10 +74,12 @@ void print_fp8_table(std::ostream& out, const std::vector<RunResult>& runs) {
     const StepRecord* last = r.steps.empty() ? nullptr : &r.steps.back();
     if (last == nullptr || last->fp8_grad_scale_max <= 0) {
       out << "-";
-    } else if (r.key == "fp8_mxfp8") {
+    } else if (r.key == "fp8_mxfp8" || r.key == "fp8_rowwise" || r.key == "fp8_blockwise") {
       out << format("2^%.0f", std::log2(last->fp8_grad_scale_min))
           << format(" .. 2^%.0f", std::log2(last->fp8_grad_scale_max))
-          << " (E8M0, one per block of 32)";
+          << (r.key == "fp8_mxfp8"     ? " (E8M0, one per block of 32)"
+              : r.key == "fp8_rowwise" ? " (powers of two, one per row of its transpose)"
+                                       : " (powers of two, one per tile of 1 x 128)");
     } else {
       out << format("2^%.2f", std::log2(last->fp8_grad_scale_max))
           << (r.key == "fp8_none"      ? " (scale 1: E5M2 flushes gradients below 2^-17)"

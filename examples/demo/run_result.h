@@ -25,9 +25,10 @@ struct StepRecord {
 /// One run: its name, its steps and the numbers of the table.
 struct RunResult {
   /// "fp32", "fp16 no scaling", "fp16 + GradScaler", "bf16", "fp8 no scaling", "fp8 delayed",
-  /// "fp8 current", "fp8 MXFP8"
+  /// "fp8 current", "fp8 MXFP8", "fp8 rowwise", "fp8 blockwise"
   std::string name;
-  /// the CSV name: fp32, fp16, fp16_scaled, bf16, fp8_none, fp8_delayed, fp8_current, fp8_mxfp8
+  /// the CSV name: fp32, fp16, fp16_scaled, bf16, fp8_none, fp8_delayed, fp8_current, fp8_mxfp8,
+  /// fp8_rowwise, fp8_blockwise
   std::string key;
   bool fp8 = false;  ///< an fp8::Linear run: its steps carry fp8_grad_scale_*
   std::vector<StepRecord> steps;

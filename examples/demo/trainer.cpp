@@ -74,23 +74,30 @@ RunNames names(RunKind kind) {
       return {"fp8 current", "fp8_current"};
     case RunKind::kFp8Mxfp8:
       return {"fp8 MXFP8", "fp8_mxfp8"};
+    case RunKind::kFp8Rowwise:
+      return {"fp8 rowwise", "fp8_rowwise"};
+    case RunKind::kFp8Blockwise:
+      return {"fp8 blockwise", "fp8_blockwise"};
   }
   return {"?", "?"};
 }
 
 bool is_fp8(RunKind kind) {
   return kind == RunKind::kFp8None || kind == RunKind::kFp8Delayed ||
-         kind == RunKind::kFp8Current || kind == RunKind::kFp8Mxfp8;
+         kind == RunKind::kFp8Current || kind == RunKind::kFp8Mxfp8 ||
+         kind == RunKind::kFp8Rowwise || kind == RunKind::kFp8Blockwise;
 }
 
 #if MIXPREC_TORCH_FP8
 // Each recipe with its defaults (TE's, torchao's): the demo shows them as a user gets them.
 mixprec::fp8::RecipeOptions recipe_options(RunKind kind) {
   using mixprec::fp8::Scaling;
-  const Scaling scaling = kind == RunKind::kFp8None      ? Scaling::kNone
-                          : kind == RunKind::kFp8Delayed ? Scaling::kDelayed
-                          : kind == RunKind::kFp8Current ? Scaling::kCurrent
-                                                         : Scaling::kMxfp8;
+  const Scaling scaling = kind == RunKind::kFp8None        ? Scaling::kNone
+                          : kind == RunKind::kFp8Delayed   ? Scaling::kDelayed
+                          : kind == RunKind::kFp8Current   ? Scaling::kCurrent
+                          : kind == RunKind::kFp8Rowwise   ? Scaling::kRowwise
+                          : kind == RunKind::kFp8Blockwise ? Scaling::kBlockwise
+                                                           : Scaling::kMxfp8;
   return mixprec::fp8::RecipeOptions().scaling(scaling);
 }
 #endif

@@ -15,11 +15,13 @@ enum class RunKind {
   kFp32,
   kFp16,
   kFp16Scaled,
-  kBf16,        ///< real bf16 under mixprec::AutocastGuard(device, kBFloat16): FP8's reference
-  kFp8None,     ///< fp8::Linear, fp8::Scaling::kNone (every scale 1)
-  kFp8Delayed,  ///< fp8::Scaling::kDelayed (TE DelayedScaling defaults)
-  kFp8Current,  ///< fp8::Scaling::kCurrent (torchao tensorwise)
-  kFp8Mxfp8,    ///< fp8::Scaling::kMxfp8 (E8M0 scale per block of 32)
+  kBf16,          ///< real bf16 under mixprec::AutocastGuard(device, kBFloat16): FP8's reference
+  kFp8None,       ///< fp8::Linear, fp8::Scaling::kNone (every scale 1)
+  kFp8Delayed,    ///< fp8::Scaling::kDelayed (TE DelayedScaling defaults)
+  kFp8Current,    ///< fp8::Scaling::kCurrent (torchao tensorwise)
+  kFp8Mxfp8,      ///< fp8::Scaling::kMxfp8 (E8M0 scale per block of 32)
+  kFp8Rowwise,    ///< fp8::Scaling::kRowwise (torchao ROWWISE: a scale per row of each operand)
+  kFp8Blockwise,  ///< fp8::Scaling::kBlockwise (TE Float8BlockScaling: 1x128 / 128x128 tiles)
 };
 
 /// Whether this build can train the FP8 runs (LibTorch >= 2.1: float8 dtypes, mixprec/fp8.h).

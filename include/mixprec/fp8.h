@@ -1,8 +1,8 @@
 // mixprec::fp8: FP8 training on LibTorch (>= 2.1, which has float8 dtypes). What GradScaler's one
-// loss scale did for fp16, FP8 needs per tensor (or per block of 32): a scale from the tensor's
-// absolute maximum (amax). This header has the functional ops (the fixed API of api.md), the
-// recipes (delayed, current, MXFP8), the scope guard that turns FP8 on, and fp8::Linear, a drop-in
-// for torch::nn::Linear. The kernels and the scale rules are the core's (mixprec/core/fp8.h);
+// loss scale did for fp16, FP8 needs per tensor (or per block, row or tile): a scale from the
+// tensor's absolute maximum (amax). This header has the functional ops (the fixed API of api.md),
+// the recipes (delayed, current, MXFP8, rowwise, blockwise), the scope guard that turns FP8 on,
+// and fp8::Linear, a drop-in for torch::nn::Linear. The kernels and the scale rules are the core's (mixprec/core/fp8.h);
 // docs/fp8.md has the formulas, their sources and what runs where.
 #pragma once
 

@@ -52,7 +52,7 @@ std::map<std::string, Row> read_summary(const std::string& path) {
 class DemoSummaryTest : public ::testing::Test {
  protected:
   // fp32, fp16, fp16_scaled, bf16, and with LibTorch >= 2.1 the four FP8 runs.
-  static constexpr std::size_t kRuns = MIXPREC_DEMO_FP8 ? 8 : 4;
+  static constexpr std::size_t kRuns = MIXPREC_DEMO_FP8 ? 10 : 4;
 
   void SetUp() override {
     rows_ = read_summary(std::string(MIXPREC_DEMO_TEST_OUT) + "/summary.csv");
@@ -62,7 +62,8 @@ class DemoSummaryTest : public ::testing::Test {
     ASSERT_EQ(rows_.count("fp16"), 1u);
     ASSERT_EQ(rows_.count("fp16_scaled"), 1u);
     ASSERT_EQ(rows_.count("bf16"), 1u);
-    for (const char* key : {"fp8_none", "fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+    for (const char* key :
+         {"fp8_none", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_rowwise", "fp8_blockwise"}) {
       ASSERT_EQ(rows_.count(key), MIXPREC_DEMO_FP8 ? 1u : 0u) << key;
     }
   }
@@ -133,7 +134,7 @@ TEST_F(DemoSummaryTest, OverflowsAreSkippedAndBackedOff) {
   std::ifstream log(std::string(MIXPREC_DEMO_TEST_OUT) + "/log.csv");
   ASSERT_TRUE(log) << "log.csv missing";
   std::string line;
-  std::getline(log, line);  // header: step,run,loss,scale,skipped,flushed_share
+  std::getline(log, line);        // header: step,run,loss,scale,skipped,flushed_share
   double previous_scale = 65536;  // init_scale
   int skipped = 0;
   while (std::getline(log, line)) {
@@ -178,7 +179,8 @@ TEST_F(DemoSummaryTest, Fp8WithoutScalingFlushesEveryGradientAndDoesNotTrain) {
 }
 
 TEST_F(DemoSummaryTest, Fp8RecipesKeepTheGradientsAndTrackBf16) {
-  for (const char* key : {"fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+  for (const char* key :
+       {"fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_rowwise", "fp8_blockwise"}) {
     const Row& r = rows_[key];
     // The demo flushes 0.34% with delayed scaling (a tensor's first cast has no amax history
     // yet, so scale 1: almost all of it in steps 1-5, while the zero-initialized output layer
@@ -218,19 +220,23 @@ TEST_F(DemoSummaryTest, Fp8ScalesLiftTheGradients) {
   }
   EXPECT_EQ(unscaled_not_1, "") << "fp8 no scaling used a scale other than 1";
   EXPECT_EQ(min_above_max, "") << "grad_scale_min > grad_scale_max";
-  for (const char* key : {"fp8_none", "fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+  for (const char* key :
+       {"fp8_none", "fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_rowwise", "fp8_blockwise"}) {
     EXPECT_EQ(rows[key], 300) << key;
   }
   // Gradients of ~1e-8 need a scale of about 2^40 to reach E5M2's top (the demo: 2^40.5,
   // 2^42.2, MXFP8's E4M3 blocks 2^34..2^39); at least 2^25, fp16's GradScaler's order.
-  for (const char* key : {"fp8_delayed", "fp8_current", "fp8_mxfp8"}) {
+  for (const char* key :
+       {"fp8_delayed", "fp8_current", "fp8_mxfp8", "fp8_rowwise", "fp8_blockwise"}) {
     EXPECT_GT(last[key].first, std::ldexp(1.0, 25)) << key;
   }
   EXPECT_EQ(last["fp8_delayed"].first, last["fp8_delayed"].second);
   EXPECT_EQ(last["fp8_current"].first, last["fp8_current"].second);
-  // MXFP8's block scales are powers of two.
-  for (double v : {last["fp8_mxfp8"].first, last["fp8_mxfp8"].second}) {
-    EXPECT_EQ(std::log2(v), std::round(std::log2(v))) << v;
+  // MXFP8's block scales are powers of two, and so are rowwise's and blockwise's by default.
+  for (const char* key : {"fp8_mxfp8", "fp8_rowwise", "fp8_blockwise"}) {
+    for (double v : {last[key].first, last[key].second}) {
+      EXPECT_EQ(std::log2(v), std::round(std::log2(v))) << key << " " << v;
+    }
   }
 }
 
