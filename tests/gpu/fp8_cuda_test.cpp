@@ -114,6 +114,18 @@ TEST(GpuFp8, KernelsOnCudaGiveTheCpuKernelsBitsAndPyTorchsChain) {
         EXPECT_TRUE(fp8_ref::bitwise_equal(mx.data.cpu(), mx_cpu.data));
         EXPECT_TRUE(fp8_ref::bitwise_equal(fp8::dequantize_mxfp8(mx, in).cpu(),
                                            fp8::dequantize_mxfp8(mx_cpu, in)));
+        // Tiles: rowwise, TE's 1x128 and 128x128 (ragged here), both NaN policies.
+        for (const auto& [th, tc] :
+             {std::pair<std::int64_t, std::int64_t>{1, x.size(-1)}, {1, 128}, {128, 128}, {3, 7}}) {
+          for (const fp8::NanAmax nan : {fp8::NanAmax::kIgnore, fp8::NanAmax::kPropagate}) {
+            const fp8::TiledTensor t = fp8::quantize_tiled(x, th, tc, f, true, 0.0, nan);
+            const fp8::TiledTensor t_cpu = fp8::quantize_tiled(x_cpu, th, tc, f, true, 0.0, nan);
+            EXPECT_TRUE(fp8_ref::bitwise_equal(t.scale_inv.cpu(), t_cpu.scale_inv));
+            EXPECT_TRUE(fp8_ref::bitwise_equal(t.data.cpu(), t_cpu.data));
+            EXPECT_TRUE(fp8_ref::bitwise_equal(fp8::dequantize_tiled(t, in).cpu(),
+                                               fp8::dequantize_tiled(t_cpu, in)));
+          }
+        }
       }
     }
     // MXFP8 against PyTorch ops (tests/torch's reference, on the CPU), finite values only.
