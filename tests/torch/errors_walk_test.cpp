@@ -625,6 +625,11 @@ std::vector<Trigger> triggers() {
          q.scales = q.scales.narrow(1, 0, 1);  // 40 columns need 2 blocks' scales
          fp8::dequantize_mxfp8(q, torch::kFloat);
        })}},
+      {"Fp8TiledScales", "`fp8::dequantize_tiled: scale_inv of", {thrown([] {
+         fp8::TiledTensor q = fp8::quantize_tiled(ones({2, 300}), 1, 128);
+         q.scale_inv = q.scale_inv.narrow(1, 0, 2);  // 300 columns need 3 tiles' scales
+         fp8::dequantize_tiled(q, torch::kFloat);
+       })}},
       {"Fp8Reduction", "`fp8::Recipe: the amax reduction must leave", {thrown([] {
          fp8::Recipe recipe(fp8::RecipeOptions().amax_history_len(2));
          recipe.set_amax_reduction([](at::Tensor& amaxes) { amaxes = amaxes.to(torch::kDouble); });
@@ -655,6 +660,7 @@ std::vector<Untriggerable> untriggerable() {
       {"`fp8::Recipe: amax_history_len must be", "LibTorch < 2.1"},
       {"`fp8::Linear: its amax_history has", "LibTorch < 2.1"},
       {"`fp8::dequantize_mxfp8: scales of shape", "LibTorch < 2.1"},
+      {"`fp8::dequantize_tiled: scale_inv of", "LibTorch < 2.1"},
       {"`fp8::Recipe: the amax reduction must leave", "LibTorch < 2.1"},
 #endif
   };
