@@ -307,6 +307,7 @@ void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::i
     for (std::int64_t r = r0; r < r1; ++r) {
       for (std::int64_t j = 0; j < per_row; ++j) {
         const std::int64_t begin = r * cols + j * tc, end = r * cols + std::min(cols, j * tc + tc);
+        prefetch_ahead(src, begin, end - begin);  // See Note [FP8 casts prefetch]
         const std::uint32_t b =
             skip_nan ? quantize_range<Pass::kAmaxSkipNaN, kFormat>(src, begin, end, q, 1.0f)
                      : quantize_range<Pass::kAmax, kFormat>(src, begin, end, q, 1.0f);

@@ -229,8 +229,10 @@ std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world, bool pla
                            mixprec::fp8::NanAmax nan = mixprec::fp8::NanAmax::kIgnore) {
   constexpr int64_t kHistory = 4;
   // Delayed scaling (the default), HYBRID, margin 0, "max".
-  mixprec::fp8::Recipe recipe(
-      mixprec::fp8::RecipeOptions().amax_history_len(kHistory).nan_amax(nan));
+  mixprec::fp8::Recipe recipe(mixprec::fp8::RecipeOptions().amax_history_len(kHistory));
+  if (nan != recipe.options().nan_amax()) {  // fp8_linear_nan: torchao's policy, not TE's default
+    recipe = mixprec::fp8::Recipe(mixprec::fp8::RecipeOptions(recipe.options()).nan_amax(nan));
+  }
   if (a.reducer != "none") {
     recipe.set_amax_reduction(mixprec::distributed::fp8_amax_reduction(world));
   }
