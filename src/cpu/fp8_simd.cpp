@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 #include "cpu/fp8_convert-inl.h"
 #include "cpu/fp8_simd.h"
@@ -292,7 +292,8 @@ void dequantize_mx(const std::uint8_t* q, const std::uint8_t* scales, std::int64
 // band row by row, sequentially: first every tile's amax, then the codes with every tile's scale.
 // A band of 1 x 128 tiles is one row, in L1 on the second pass; a 128-row band of a wide tensor
 // is read from L2 or L3 the second time. Visiting a 128 x 128 tile alone instead reads 128 short
-// rows 16 KiB apart (4096 columns), which ran at 0.4x the plain loop.
+// rows 16 KiB apart (4096 columns): 0.39x the plain loop against 0.63x banded, in one run on a
+// loaded machine (bench/fp8_benchmark).
 template <Fp8Format kFormat, class Src>
 void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::int64_t th,
                     std::int64_t tc, std::uint8_t* q, float* scale_inv,
