@@ -137,12 +137,15 @@ void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t til
                         std::int64_t tile_cols, std::uint8_t* q, float* scale_inv,
                         Fp8Format format, const CurrentScaling& rule) {
   if (x.numel == 0) return;
-  // Pieces of whole bands (the rows of one row of tiles), about kTaskBytes each.
+  // One run of whole bands (the rows of one row of tiles) a thread, no shorter than kTaskBytes:
+  // the kernel pipelines its reads across a run's bands (Note [Tile casts] in fp8_simd.cpp).
   const std::int64_t rows = x.numel / cols;
+  const std::int64_t bands = (rows + tile_rows - 1) / tile_rows;
+  const int threads = threads_for_bytes(bytes_of(x));  // 0 for a small x: one run
+  const std::int64_t per_thread = (bands + threads - 1) / std::max(threads, 1);
   const std::int64_t band = std::min(tile_rows, rows) * cols;
-  parallel_pieces((rows + tile_rows - 1) / tile_rows,
-                  std::max<std::int64_t>(1, per_piece(x.dtype) / band),
-                  threads_for_bytes(bytes_of(x)), [&](std::int64_t first, std::int64_t last) {
+  parallel_pieces(bands, std::max({std::int64_t{1}, per_piece(x.dtype) / band, per_thread}),
+                  threads, [&](std::int64_t first, std::int64_t last) {
                     quantize_tiles(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule,
                                    first, last);
                     return 0.0f;
