@@ -22,17 +22,22 @@
  *   - Every optimizer created here is owned by the caller: free a plain one with
  *     mixprec_optimizer_free (or tch-rs `ato_free`), a shared one with
  *     mixprec_optimizer_free_shared (or TorchSharp's `THSNN_Optimizer_dispose`).
+ *   - A byte buffer this API allocates (out_bytes) is the caller's: free it with
+ *     mixprec_bytes_free.
  *   - The API never frees, keeps or replaces what it was given. The scaler holds no reference to
  *     an optimizer after a call returns; it tells optimizers apart by their address.
  *
  * Errors
  *   - Every int-returning call returns MIXPREC_OK (0) on success and a non-zero mixprec_status
- *     on failure. mixprec_last_error() then says why, with PyTorch's message for misuse (the
- *     same text as the C++ API). A NULL handle is an error (MIXPREC_ERROR_NULL_ARGUMENT), never
- *     a crash.
+ *     on failure. mixprec_last_error() then says why, in UTF-8, with PyTorch's message for
+ *     misuse (the same text as the C++ API). A NULL handle is an error
+ *     (MIXPREC_ERROR_NULL_ARGUMENT), never a crash.
  *   - No C++ exception crosses this boundary.
  *   - A failed call leaves its out-parameters untouched (but for the size that
  *     mixprec_grad_scaler_state_dict reports with MIXPREC_ERROR_BUFFER_TOO_SMALL).
+ *
+ * Versions: the structs start with struct_size and only ever gain fields at their end. A
+ * library accepts the size of every version it knows and writes exactly the caller's.
  *
  * Threads: a scaler is not thread-safe (one per training loop). The last error is per thread.
  */
@@ -89,7 +94,7 @@ typedef struct mixprec_grad_scaler mixprec_grad_scaler; /* opaque */
 /** The scaler's options. Declare one, fill it with mixprec_grad_scaler_options_default, then set
  *  fields (directly or with the setters). Fields are only ever appended in later versions. */
 typedef struct mixprec_grad_scaler_options {
-  size_t struct_size;       /**< sizeof(mixprec_grad_scaler_options), set by _default */
+  size_t struct_size;       /**< the caller's version's size, set by _default or _init */
   double init_scale;        /**< 65536.0 */
   double growth_factor;     /**< 2.0 */
   double backoff_factor;    /**< 0.5 */
@@ -105,7 +110,8 @@ typedef struct mixprec_grad_scaler_options {
 } mixprec_grad_scaler_options;
 
 /** What update() has counted (GradScaler::telemetry()). Set struct_size to
- *  sizeof(mixprec_grad_scaler_telemetry) before the call. */
+ *  sizeof(mixprec_grad_scaler_telemetry) before the call (a later library writes exactly the
+ *  fields of that version). */
 typedef struct mixprec_grad_scaler_telemetry {
   size_t struct_size;
   int64_t iterations;               /**< update() calls that applied the rule */
@@ -131,13 +137,19 @@ MIXPREC_C_EXPORT void mixprec_tensor_free(void* tensor);
 /* ---- options ------------------------------------------------------------------------------- */
 
 /** PyTorch's defaults (and mixprec's neutral extensions); sets struct_size. NULL is a no-op.
- *  It always writes the version-1 struct (the fields up to history_size, as declared here), in
- *  every later library too: fields appended later keep their defaults unless a caller fills
- *  the larger struct with mixprec_grad_scaler_options_init. */
+ *  The exported function writes exactly the version-1 struct (the fields up to history_size),
+ *  in every later library too, so an older caller's struct is never overrun. In C and C++ the
+ *  macro below replaces the call by mixprec_grad_scaler_options_init(out, sizeof the struct of
+ *  the header the caller was built with), so fields appended later reach _create; bindings that
+ *  call the symbol get version 1, or call _init with their own size. */
 MIXPREC_C_EXPORT void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out);
+#ifndef MIXPREC_NO_OPTIONS_DEFAULT_MACRO
+#define mixprec_grad_scaler_options_default(out) \
+  ((void)mixprec_grad_scaler_options_init((out), sizeof(mixprec_grad_scaler_options)))
+#endif
 /** The defaults, writing exactly `struct_size` bytes: the caller's size of the struct, which a
  *  later library (with fields appended) still honours. Fails (MIXPREC_ERROR_INVALID_ARGUMENT)
- *  for a size that no version of the struct has. */
+ *  for a size that no version of the struct has, NULL_ARGUMENT for out NULL. */
 MIXPREC_C_EXPORT int mixprec_grad_scaler_options_init(mixprec_grad_scaler_options* out,
                                                       size_t struct_size);
 /* The setters write one field; NULL is a no-op. Values are checked by _create. */
@@ -154,9 +166,10 @@ MIXPREC_C_EXPORT void mixprec_grad_scaler_options_set_enabled(mixprec_grad_scale
 
 /* ---- the scaler ---------------------------------------------------------------------------- */
 
-/** A scaler with `options` (NULL: all defaults). Fails, with the C++ constructor's message, for
- *  invalid values; with MIXPREC_ERROR_INVALID_ARGUMENT for a struct_size this library does not
- *  know (an options struct not filled by mixprec_grad_scaler_options_default). */
+/** A scaler with `options` (NULL: all defaults; fields past options->struct_size keep theirs).
+ *  Fails, with the C++ constructor's message, for invalid values; with
+ *  MIXPREC_ERROR_INVALID_ARGUMENT for a struct_size of no version this library knows (an
+ *  options struct not filled by mixprec_grad_scaler_options_default). */
 MIXPREC_C_EXPORT int mixprec_grad_scaler_create(const mixprec_grad_scaler_options* options,
                                                 mixprec_grad_scaler** out);
 /** Releases the scaler and its device tensors. NULL is a no-op. */
@@ -173,9 +186,11 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_unscale_(mixprec_grad_scaler* s, void* 
 MIXPREC_C_EXPORT int mixprec_grad_scaler_unscale_shared_(mixprec_grad_scaler* s,
                                                          void* shared_optimizer);
 /** Unscales (unless unscale_ ran) and steps the optimizer unless a gradient held inf/NaN.
- *  *out_stepped (may be NULL): 1 if the step ran. For mixprec's fused optimizers the step always
- *  runs its kernels, which skip by themselves on the device: *out_stepped then reads found_inf
- *  (a device sync on CUDA; pass NULL to avoid it). */
+ *  *out_stepped (may be NULL): 1 if the step ran, 0 if it was skipped. For mixprec's fused
+ *  optimizers the step always runs its kernels, which skip by themselves on the device:
+ *  *out_stepped then reads found_inf (a device sync on CUDA; pass NULL to avoid it). If that
+ *  read fails after the step ran (a device error), the call still returns MIXPREC_OK, with
+ *  *out_stepped -1 and mixprec_last_error() saying why. */
 MIXPREC_C_EXPORT int mixprec_grad_scaler_step(mixprec_grad_scaler* s, void* optimizer,
                                               int* out_stepped);
 /** As mixprec_grad_scaler_step, for std::shared_ptr<torch::optim::Optimizer>*. */
@@ -253,7 +268,9 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_unscale_grads_(mixprec_grad_scaler* s,
 
 /** The scaler's state_dict in torch.save's format (Python: scaler.load_state_dict(
  *  torch.load(path))). With buffer NULL, only *out_size is set. Otherwise the bytes are written
- *  if capacity allows, else MIXPREC_ERROR_BUFFER_TOO_SMALL (*out_size still set). */
+ *  if capacity allows, else MIXPREC_ERROR_BUFFER_TOO_SMALL (*out_size still set). The state is
+ *  serialized once for a size query and the copy call after it: the scaler keeps the bytes in
+ *  between, unless another call on it comes first (then the copy serializes again). */
 MIXPREC_C_EXPORT int mixprec_grad_scaler_state_dict(mixprec_grad_scaler* s, void* buffer,
                                                     size_t capacity, size_t* out_size);
 /** Loads what mixprec_grad_scaler_state_dict wrote, or Python's torch.save(scaler.state_dict()).
@@ -299,6 +316,32 @@ MIXPREC_C_EXPORT int mixprec_optim_adamw_create_shared(void* const* params, size
 MIXPREC_C_EXPORT void mixprec_optimizer_free(void* optimizer);
 /** Deletes a std::shared_ptr<torch::optim::Optimizer>*. NULL is a no-op. */
 MIXPREC_C_EXPORT void mixprec_optimizer_free_shared(void* shared_optimizer);
+
+/* ---- an optimizer's learning rate and state ------------------------------------------------ */
+
+/** The learning rate of the optimizer's first param group (any torch::optim optimizer;
+ *  MIXPREC_ERROR_RUNTIME if it has no group). */
+MIXPREC_C_EXPORT int mixprec_optimizer_get_lr(void* optimizer, double* out);
+MIXPREC_C_EXPORT int mixprec_optimizer_get_lr_shared(void* shared_optimizer, double* out);
+/** Sets every param group's learning rate, as a scheduler does (not validated, as in PyTorch). */
+MIXPREC_C_EXPORT int mixprec_optimizer_set_lr(void* optimizer, double lr);
+MIXPREC_C_EXPORT int mixprec_optimizer_set_lr_shared(void* shared_optimizer, double lr);
+/** The optimizer's state_dict (moments, steps, param groups) in torch.save's format, as Python's
+ *  optimizer.state_dict() lays it out (Python: opt.load_state_dict(torch.load(path))), for
+ *  mixprec's and torch::optim's SGD, Adam and AdamW: serialized once into a new buffer of
+ *  *out_size bytes, which the caller frees with mixprec_bytes_free. */
+MIXPREC_C_EXPORT int mixprec_optimizer_state_dict(void* optimizer, void** out_bytes,
+                                                  size_t* out_size);
+MIXPREC_C_EXPORT int mixprec_optimizer_state_dict_shared(void* shared_optimizer,
+                                                         void** out_bytes, size_t* out_size);
+/** Loads what mixprec_optimizer_state_dict wrote, or Python's torch.save(opt.state_dict()),
+ *  matching groups and parameters by position. A bad buffer changes nothing. */
+MIXPREC_C_EXPORT int mixprec_optimizer_load_state_dict(void* optimizer, const void* data,
+                                                       size_t size);
+MIXPREC_C_EXPORT int mixprec_optimizer_load_state_dict_shared(void* shared_optimizer,
+                                                              const void* data, size_t size);
+/** Frees a buffer this API allocated (out_bytes). NULL is a no-op. */
+MIXPREC_C_EXPORT void mixprec_bytes_free(void* bytes);
 
 #ifdef __cplusplus
 } /* extern "C" */

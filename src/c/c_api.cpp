@@ -5,9 +5,12 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "c/guard.h"
+#include "c/handles.h"
+#include "c/options.h"
 #include "mixprec/c_api.h"
 #include "mixprec/checkpoint.h"
 #include "mixprec/grad_scaler.h"
@@ -17,25 +20,15 @@ static_assert(MIXPREC_C_ABI == MIXPREC_C_ABI_VERSION,
               "CMakeLists.txt's MIXPREC_C_ABI_VERSION (the SONAME) differs from c_api.h's");
 
 struct mixprec_grad_scaler {
+  explicit mixprec_grad_scaler(mixprec::GradScaler s) : scaler(std::move(s)) {}
   mixprec::GradScaler scaler;
+  // The bytes of a state_dict size query (buffer NULL), for the copy call that follows it: the
+  // state serialized once. Dropped by every call that may change the scaler (scaler_arg).
+  std::vector<char> state_bytes;
+  bool state_kept = false;
 };
 
 namespace mixprec::c_api {
-
-namespace {
-thread_local std::string last_error;
-thread_local bool last_error_lost = false;  // the message could not be stored
-}  // namespace
-
-int fail(int status, const char* message) noexcept {
-  try {
-    last_error = message;
-    last_error_lost = false;
-  } catch (...) {
-    last_error_lost = true;
-  }
-  return status;
-}
 
 std::vector<at::Tensor> tensor_list_arg(void* const* handles, std::size_t n, const char* call,
                                         const char* name, bool allow_null_entries) {
@@ -54,52 +47,14 @@ std::vector<at::Tensor> tensor_list_arg(void* const* handles, std::size_t n, con
 
 namespace {
 
+// The scaler of a handle, for a call that may change it: the kept state bytes are dropped.
 GradScaler& scaler_arg(mixprec_grad_scaler* s, const char* call) {
-  return require(s, call, "scaler")->scaler;
-}
-
-template <typename T>
-T& out_arg(T* out, const char* call, const char* name = "out") {
-  return *require(out, call, name);
-}
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw Failure{MIXPREC_ERROR_INVALID_ARGUMENT, message};
-}
-
-GradScalerOptions to_options(const mixprec_grad_scaler_options& o) {
-  const char* call = "mixprec_grad_scaler_create";
-  if (o.struct_size != sizeof(mixprec_grad_scaler_options)) {
-    invalid(std::string(call) + ": options->struct_size is " + std::to_string(o.struct_size) +
-            ", this library's mixprec_grad_scaler_options has " +
-            std::to_string(sizeof(mixprec_grad_scaler_options)) +
-            " bytes: fill the struct with mixprec_grad_scaler_options_default first");
+  mixprec_grad_scaler* handle = require(s, call, "scaler");
+  if (handle->state_kept) {
+    handle->state_kept = false;
+    std::vector<char>().swap(handle->state_bytes);
   }
-  if (o.hysteresis_refill != MIXPREC_HYSTERESIS_REFILL_ON_GROWTH &&
-      o.hysteresis_refill != MIXPREC_HYSTERESIS_REFILL_ON_CLEAN_STEP) {
-    invalid(std::string(call) + ": options->hysteresis_refill " +
-            std::to_string(o.hysteresis_refill) + " is not a mixprec_hysteresis_refill");
-  }
-  if (o.at_min_scale != MIXPREC_AT_MIN_SCALE_CLAMP &&
-      o.at_min_scale != MIXPREC_AT_MIN_SCALE_ERROR) {
-    invalid(std::string(call) + ": options->at_min_scale " + std::to_string(o.at_min_scale) +
-            " is not a mixprec_at_min_scale");
-  }
-  return GradScalerOptions()
-      .init_scale(o.init_scale)
-      .growth_factor(o.growth_factor)
-      .backoff_factor(o.backoff_factor)
-      .growth_interval(o.growth_interval)
-      .enabled(o.enabled != 0)
-      .hysteresis(o.hysteresis)
-      .hysteresis_refill(o.hysteresis_refill == MIXPREC_HYSTERESIS_REFILL_ON_CLEAN_STEP
-                             ? core::HysteresisRefill::kOnCleanStep
-                             : core::HysteresisRefill::kOnGrowth)
-      .min_scale(o.min_scale)
-      .max_scale(o.max_scale)
-      .at_min_scale(o.at_min_scale == MIXPREC_AT_MIN_SCALE_ERROR ? AtMinScale::kThrow
-                                                                 : AtMinScale::kClamp)
-      .history_size(o.history_size);
+  return handle->scaler;
 }
 
 int step_with(mixprec_grad_scaler* s, torch::optim::Optimizer& (*get)(void*, const char*),
@@ -108,7 +63,15 @@ int step_with(mixprec_grad_scaler* s, torch::optim::Optimizer& (*get)(void*, con
     GradScaler& scaler = scaler_arg(s, call);
     torch::optim::Optimizer& opt = get(optimizer, call);
     scaler.step(opt);
-    if (out_stepped != nullptr) *out_stepped = scaler.last_step_applied(opt) ? 1 : 0;
+    if (out_stepped == nullptr) return;
+    // The step ran: failing to read whether it was applied (a device error at the sync) is
+    // reported as -1 and this thread's last error, not as a failed step.
+    try {
+      *out_stepped = scaler.last_step_applied(opt) ? 1 : 0;
+    } catch (...) {
+      *out_stepped = -1;
+      guarded([] { throw; });  // records the exception in flight
+    }
   });
 }
 
@@ -152,69 +115,11 @@ extern "C" {
 
 // ---- library ------------------------------------------------------------------------------------
 
-const char* mixprec_last_error(void) {
-  if (mixprec::c_api::last_error_lost) return "out of memory";
-  return mixprec::c_api::last_error.c_str();
-}
-
 const char* mixprec_version(void) { return MIXPREC_VERSION_STRING; }
 
 int mixprec_abi_version(void) { return MIXPREC_C_ABI; }
 
 void mixprec_tensor_free(void* tensor) { delete static_cast<at::Tensor*>(tensor); }
-
-// ---- options ------------------------------------------------------------------------------------
-
-void mixprec_grad_scaler_options_default(mixprec_grad_scaler_options* out) {
-  // The version-1 struct, forever: a caller compiled with an older header has no room for
-  // fields appended later (c_api.h); those get their defaults in _create from the size.
-  if (out == nullptr) return;
-  const mixprec::GradScalerOptions d;
-  std::memset(out, 0, sizeof(*out));
-  out->struct_size = sizeof(*out);
-  out->init_scale = d.init_scale();
-  out->growth_factor = d.growth_factor();
-  out->backoff_factor = d.backoff_factor();
-  out->growth_interval = d.growth_interval();
-  out->enabled = d.enabled() ? 1 : 0;
-  out->hysteresis = d.hysteresis();
-  out->hysteresis_refill = MIXPREC_HYSTERESIS_REFILL_ON_GROWTH;
-  out->min_scale = d.min_scale();
-  out->max_scale = d.max_scale();
-  out->at_min_scale = MIXPREC_AT_MIN_SCALE_CLAMP;
-  out->history_size = d.history_size();
-}
-
-int mixprec_grad_scaler_options_init(mixprec_grad_scaler_options* out, size_t struct_size) {
-  const char* call = "mixprec_grad_scaler_options_init";
-  return guarded([&] {
-    require(out, call, "out");
-    // Version 1 of the struct is the only one so far; a later one also accepts the older sizes
-    // and writes only their fields.
-    if (struct_size != sizeof(mixprec_grad_scaler_options)) {
-      mixprec::c_api::invalid(std::string(call) + ": struct_size " + std::to_string(struct_size) +
-                              " is no version's size of mixprec_grad_scaler_options (" +
-                              std::to_string(sizeof(mixprec_grad_scaler_options)) + ")");
-    }
-    mixprec_grad_scaler_options_default(out);
-  });
-}
-
-void mixprec_grad_scaler_options_set_init_scale(mixprec_grad_scaler_options* o, double v) {
-  if (o != nullptr) o->init_scale = v;
-}
-void mixprec_grad_scaler_options_set_growth_factor(mixprec_grad_scaler_options* o, double v) {
-  if (o != nullptr) o->growth_factor = v;
-}
-void mixprec_grad_scaler_options_set_backoff_factor(mixprec_grad_scaler_options* o, double v) {
-  if (o != nullptr) o->backoff_factor = v;
-}
-void mixprec_grad_scaler_options_set_growth_interval(mixprec_grad_scaler_options* o, int64_t v) {
-  if (o != nullptr) o->growth_interval = v;
-}
-void mixprec_grad_scaler_options_set_enabled(mixprec_grad_scaler_options* o, int enabled) {
-  if (o != nullptr) o->enabled = enabled;
-}
 
 // ---- the scaler ---------------------------------------------------------------------------------
 
@@ -224,8 +129,8 @@ int mixprec_grad_scaler_create(const mixprec_grad_scaler_options* options,
     mixprec_grad_scaler*& result = out_arg(out, "mixprec_grad_scaler_create");
     mixprec_grad_scaler_options defaults;
     mixprec_grad_scaler_options_default(&defaults);
-    result = new mixprec_grad_scaler{
-        mixprec::GradScaler(mixprec::c_api::to_options(options ? *options : defaults))};
+    result = new mixprec_grad_scaler(
+        mixprec::GradScaler(mixprec::c_api::to_options(options ? *options : defaults)));
   });
 }
 
@@ -380,7 +285,10 @@ int mixprec_grad_scaler_get_telemetry(mixprec_grad_scaler* s, mixprec_grad_scale
   return guarded([&] {
     mixprec::GradScaler& scaler = scaler_arg(s, call);
     mixprec_grad_scaler_telemetry& result = out_arg(out, call);
-    if (result.struct_size != sizeof(mixprec_grad_scaler_telemetry)) {
+    // A known version's size (fields are only appended): exactly its fields are written. Every
+    // field is version 1's so far.
+    if (result.struct_size != mixprec::c_api::kTelemetryV1Size &&
+        result.struct_size != sizeof(mixprec_grad_scaler_telemetry)) {
       mixprec::c_api::invalid(std::string(call) + ": out->struct_size is " +
                               std::to_string(result.struct_size) + ", this library's " +
                               "mixprec_grad_scaler_telemetry has " +
@@ -418,19 +326,25 @@ int mixprec_grad_scaler_state_dict(mixprec_grad_scaler* s, void* buffer, size_t 
                                    size_t* out_size) {
   const char* call = "mixprec_grad_scaler_state_dict";
   return guarded([&] {
-    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    mixprec_grad_scaler* handle = require(s, call, "scaler");  // reading: keeps what is kept
     size_t& size = out_arg(out_size, call, "out_size");
-    const std::vector<char> bytes = mixprec::pickle_save_untagged(scaler.state_dict());
-    if (buffer != nullptr && capacity < bytes.size()) {
-      size = bytes.size();
+    if (!handle->state_kept) {
+      handle->state_bytes = mixprec::pickle_save_untagged(handle->scaler.state_dict());
+      handle->state_kept = true;
+    }
+    const std::vector<char>& bytes = handle->state_bytes;
+    size = bytes.size();
+    if (buffer == nullptr) return;  // the size query: the bytes wait for the copy
+    if (capacity < bytes.size()) {
       throw mixprec::c_api::Failure{
           MIXPREC_ERROR_BUFFER_TOO_SMALL,
           std::string(call) + ": the state takes " + std::to_string(bytes.size()) +
               " bytes, the buffer has " + std::to_string(capacity) +
               " (call with buffer NULL for the size)"};
     }
-    if (buffer != nullptr) std::memcpy(buffer, bytes.data(), bytes.size());
-    size = bytes.size();
+    std::memcpy(buffer, bytes.data(), bytes.size());
+    handle->state_kept = false;
+    std::vector<char>().swap(handle->state_bytes);
   });
 }
 

@@ -1,16 +1,23 @@
 // The C ABI of mixprec's fused optimizers (include/mixprec/c_api.h): mixprec::optim::SGD, Adam
-// and AdamW over a binding's parameter handles, returned in both optimizer conventions.
+// and AdamW over a binding's parameter handles, returned in both optimizer conventions; and any
+// optimizer's learning rate and state, in both conventions.
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "c/guard.h"
+#include "c/handles.h"
 #include "mixprec/c_api.h"
+#include "mixprec/checkpoint.h"
 #include "mixprec/optim.h"
+#include "mixprec/serialize.h"
 
 namespace mixprec::c_api {
 namespace {
@@ -54,9 +61,61 @@ auto adam(double lr, double beta1, double beta2, double eps, double weight_decay
   };
 }
 
+using OptimizerArg = torch::optim::Optimizer& (*)(void*, const char*);
+
+int get_lr(OptimizerArg get, void* optimizer, double* out, const char* call) {
+  return guarded([&] {
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    double& result = out_arg(out, call);
+    if (opt.param_groups().empty()) {
+      throw Failure{MIXPREC_ERROR_RUNTIME, std::string(call) + ": the optimizer has no param group"};
+    }
+    result = opt.param_groups().front().options().get_lr();
+  });
+}
+
+int set_lr(OptimizerArg get, void* optimizer, double lr, const char* call) {
+  return guarded([&] {
+    for (torch::optim::OptimizerParamGroup& group : get(optimizer, call).param_groups()) {
+      group.options().set_lr(lr);
+    }
+  });
+}
+
+int state_dict(OptimizerArg get, void* optimizer, void** out_bytes, std::size_t* out_size,
+               const char* call) {
+  return guarded([&] {
+    const torch::optim::Optimizer& opt = get(optimizer, call);
+    void*& bytes_out = out_arg(out_bytes, call, "out_bytes");
+    std::size_t& size_out = out_arg(out_size, call, "out_size");
+    const std::vector<char> bytes = pickle_save_untagged(optimizer_state_dict(opt));
+    void* buffer = std::malloc(bytes.empty() ? 1 : bytes.size());
+    if (buffer == nullptr) throw std::bad_alloc();
+    std::memcpy(buffer, bytes.data(), bytes.size());
+    bytes_out = buffer;
+    size_out = bytes.size();
+  });
+}
+
+int load_state_dict(OptimizerArg get, void* optimizer, const void* data, std::size_t size,
+                    const char* call) {
+  return guarded([&] {
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    const char* bytes = static_cast<const char*>(require(data, call, "data"));
+    const c10::IValue value = pickle_load(std::vector<char>(bytes, bytes + size));
+    if (!value.isGenericDict()) {
+      throw Failure{MIXPREC_ERROR_RUNTIME, std::string(call) + ": the bytes hold a " +
+                                               value.tagKind() + ", not a state dict"};
+    }
+    load_optimizer_state_dict(opt, value.toGenericDict());
+  });
+}
+
 }  // namespace
 }  // namespace mixprec::c_api
 
+using mixprec::c_api::optimizer_arg;
+using mixprec::c_api::shared_optimizer_arg;
 
 extern "C" {
 
@@ -118,5 +177,43 @@ void mixprec_optimizer_free(void* optimizer) {
 void mixprec_optimizer_free_shared(void* shared_optimizer) {
   delete static_cast<std::shared_ptr<torch::optim::Optimizer>*>(shared_optimizer);
 }
+
+// ---- learning rate and state --------------------------------------------------------------------
+
+int mixprec_optimizer_get_lr(void* optimizer, double* out) {
+  return mixprec::c_api::get_lr(&optimizer_arg, optimizer, out, "mixprec_optimizer_get_lr");
+}
+int mixprec_optimizer_get_lr_shared(void* shared_optimizer, double* out) {
+  return mixprec::c_api::get_lr(&shared_optimizer_arg, shared_optimizer, out,
+                                "mixprec_optimizer_get_lr_shared");
+}
+int mixprec_optimizer_set_lr(void* optimizer, double lr) {
+  return mixprec::c_api::set_lr(&optimizer_arg, optimizer, lr, "mixprec_optimizer_set_lr");
+}
+int mixprec_optimizer_set_lr_shared(void* shared_optimizer, double lr) {
+  return mixprec::c_api::set_lr(&shared_optimizer_arg, shared_optimizer, lr,
+                                "mixprec_optimizer_set_lr_shared");
+}
+
+int mixprec_optimizer_state_dict(void* optimizer, void** out_bytes, size_t* out_size) {
+  return mixprec::c_api::state_dict(&optimizer_arg, optimizer, out_bytes, out_size,
+                                    "mixprec_optimizer_state_dict");
+}
+int mixprec_optimizer_state_dict_shared(void* shared_optimizer, void** out_bytes,
+                                        size_t* out_size) {
+  return mixprec::c_api::state_dict(&shared_optimizer_arg, shared_optimizer, out_bytes, out_size,
+                                    "mixprec_optimizer_state_dict_shared");
+}
+int mixprec_optimizer_load_state_dict(void* optimizer, const void* data, size_t size) {
+  return mixprec::c_api::load_state_dict(&optimizer_arg, optimizer, data, size,
+                                         "mixprec_optimizer_load_state_dict");
+}
+int mixprec_optimizer_load_state_dict_shared(void* shared_optimizer, const void* data,
+                                             size_t size) {
+  return mixprec::c_api::load_state_dict(&shared_optimizer_arg, shared_optimizer, data, size,
+                                         "mixprec_optimizer_load_state_dict_shared");
+}
+
+void mixprec_bytes_free(void* bytes) { std::free(bytes); }
 
 }  // extern "C"

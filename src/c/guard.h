@@ -1,19 +1,15 @@
 // The C ABI's boundary (include/mixprec/c_api.h): every exported call runs its body in guarded(),
 // which turns each C++ exception into a status code and this thread's last error, so none
-// crosses into C. Shared by src/c/c_api.cpp and src/c/c_api_optim.cpp.
+// crosses into C. Shared by every file of src/c/; the handles of tensors and optimizers are in
+// c/handles.h.
 #pragma once
 
-#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
-#include <torch/optim/optimizer.h>
 
-#include <cstddef>
 #include <exception>
-#include <memory>
 #include <new>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "mixprec/c_api.h"
 
@@ -60,35 +56,15 @@ T* require(T* p, const char* call, const char* name) {
   return p;
 }
 
-/// The tensor behind a binding's torch::Tensor* handle.
-inline at::Tensor& tensor_arg(void* handle, const char* call, const char* name) {
-  return *static_cast<at::Tensor*>(require(handle, call, name));
+/// Throws a Failure with MIXPREC_ERROR_INVALID_ARGUMENT and `message`.
+[[noreturn]] inline void invalid(const std::string& message) {
+  throw Failure{MIXPREC_ERROR_INVALID_ARGUMENT, message};
 }
 
-/// The tensors behind `n` handles (`handles` may be NULL only when n is 0); NULL entries are
-/// refused when `allow_null_entries` is false and become undefined tensors otherwise.
-std::vector<at::Tensor> tensor_list_arg(void* const* handles, std::size_t n, const char* call,
-                                        const char* name, bool allow_null_entries);
-
-/// A new heap torch::Tensor the caller owns (NULL for an undefined tensor).
-inline void* new_tensor_handle(at::Tensor t) {
-  return t.defined() ? new at::Tensor(std::move(t)) : nullptr;
-}
-
-/// The optimizer behind a torch::optim::Optimizer* (tch-rs) handle.
-inline torch::optim::Optimizer& optimizer_arg(void* handle, const char* call) {
-  return *static_cast<torch::optim::Optimizer*>(require(handle, call, "optimizer"));
-}
-
-/// The optimizer behind a std::shared_ptr<torch::optim::Optimizer>* (TorchSharp) handle.
-inline torch::optim::Optimizer& shared_optimizer_arg(void* handle, const char* call) {
-  auto& shared = *static_cast<std::shared_ptr<torch::optim::Optimizer>*>(
-      require(handle, call, "shared_optimizer"));
-  if (!shared) {
-    throw Failure{MIXPREC_ERROR_NULL_ARGUMENT,
-                  std::string(call) + ": shared_optimizer holds no optimizer (an empty shared_ptr)"};
-  }
-  return *shared;
+/// `*out` after checking `out` (MIXPREC_ERROR_NULL_ARGUMENT "<call>: <name> is NULL").
+template <typename T>
+T& out_arg(T* out, const char* call, const char* name = "out") {
+  return *require(out, call, name);
 }
 
 }  // namespace mixprec::c_api

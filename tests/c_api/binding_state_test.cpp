@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <cstdlib>
+
 #include "c_api/c_api_test_util.h"
 #include "c_api/training.h"
 #include "mixprec/checkpoint.h"
@@ -131,6 +133,106 @@ TEST(BindingStateTest, DisabledStateIsTheCppOne) {
       mixprec_grad_scaler_load_state_dict(enabled.get(), bytes.data(), bytes.size()),
       MIXPREC_ERROR_RUNTIME,
       cpp_message([&] { cpp_enabled.load_state_dict(pickle_load(bytes).toGenericDict()); }));
+}
+
+/// An optimizer's state bytes through the C API (one call; the buffer is the library's).
+std::vector<char> c_optimizer_bytes(const COptimizer& optimizer) {
+  void* data = nullptr;
+  size_t size = 0;
+  MIXPREC_C_OK(optimizer.state_dict(&data, &size));
+  std::vector<char> bytes(static_cast<const char*>(data), static_cast<const char*>(data) + size);
+  mixprec_bytes_free(data);
+  return bytes;
+}
+
+class BindingOptimizerStateTest : public ::testing::TestWithParam<Convention> {};
+
+// A run resumed from a binding: the scaler's and both optimizers' state saved through the C API
+// after kSaveAfter iterations (the optimizers' bytes are the C++ API's, torch.save's format),
+// loaded into a new C side (new scaler, new fused optimizers over copies of the parameters),
+// a new learning rate set through the C API; training goes on bit for bit with the C++ side
+// that never stopped. Without the moments (a load that did nothing) Adam's next steps differ.
+TEST_P(BindingOptimizerStateTest, AResumedRunKeepsMomentsStepsAndTheNewLearningRate) {
+  const Models models = make_models();
+  const ScalerConfig config = training_config();
+  CSide c(clone_models(models), config, Kind::kFusedSgd, Kind::kFusedAdamW, GetParam());
+  CppSide cpp(clone_models(models), config, Kind::kFusedSgd, Kind::kFusedAdamW);
+  const std::vector<Batch> batches = make_batches();
+  for (int it = 0; it < kSaveAfter; ++it) {
+    train_iteration(c, batches[it], it, false);
+    train_iteration(cpp, batches[it], it, false);
+  }
+  const std::vector<char> scaler_bytes = c_state_bytes(c.scaler.get());
+  std::vector<std::vector<char>> optimizer_bytes;
+  for (int which : {0, 1}) {
+    optimizer_bytes.push_back(c_optimizer_bytes(c.optimizers[which]));
+    EXPECT_EQ(optimizer_bytes.back(),
+              pickle_save_untagged(optimizer_state_dict(cpp.optimizer(which))));
+  }
+
+  CSide resumed(clone_models(c.models), config, Kind::kFusedSgd, Kind::kFusedAdamW, GetParam());
+  MIXPREC_C_OK(mixprec_grad_scaler_load_state_dict(resumed.scaler.get(), scaler_bytes.data(),
+                                                   scaler_bytes.size()));
+  // The C++ side's scaler restarts from the same bytes (its telemetry too); its optimizers
+  // never stop.
+  GradScaler cpp_scaler(config.cpp());
+  cpp_scaler.load_state_dict(pickle_load(scaler_bytes).toGenericDict());
+  cpp.scaler = std::move(cpp_scaler);
+  for (int which : {0, 1}) {
+    const COptimizer& opt = resumed.optimizers[which];
+    MIXPREC_C_OK(opt.load_state_dict(optimizer_bytes[which].data(), optimizer_bytes[which].size()));
+    EXPECT_EQ(c_optimizer_bytes(opt), optimizer_bytes[which]);
+    double lr = 0.0;
+    MIXPREC_C_OK(opt.get_lr(&lr));
+    MIXPREC_C_OK(opt.set_lr(lr * 0.5));
+    for (auto& group : cpp.optimizer(which).param_groups()) {
+      group.options().set_lr(group.options().get_lr() * 0.5);
+    }
+    double now = 0.0;
+    MIXPREC_C_OK(opt.get_lr(&now));
+    EXPECT_EQ(now, lr * 0.5);
+  }
+  for (int it = kSaveAfter; it < kIterations && !::testing::Test::HasFailure(); ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    const IterationReport c_report = train_iteration(resumed, batches[it], it, false);
+    const IterationReport cpp_report = train_iteration(cpp, batches[it], it, false);
+    expect_same_after_iteration(resumed, cpp, c_report, cpp_report);
+  }
+}
+
+// Bytes that are no optimizer state change nothing and say why.
+TEST_P(BindingOptimizerStateTest, BadBytesChangeNothing) {
+  const Models models = make_models();
+  CSide c(clone_models(models), training_config(), Kind::kFusedSgd, Kind::kFusedAdam, GetParam());
+  const std::vector<char> before = c_optimizer_bytes(c.optimizers[1]);
+  const std::vector<char> scaler_bytes = c_state_bytes(c.scaler.get());  // a dict, not the kind
+  const std::vector<char> junk = {'n', 'o', 't', ' ', 'a', ' ', 'p', 'i', 'c', 'k', 'l', 'e'};
+  for (const std::vector<char>* bytes : {&scaler_bytes, &junk}) {
+    EXPECT_NE(c.optimizers[1].load_state_dict(bytes->data(), bytes->size()), MIXPREC_OK);
+    EXPECT_NE(std::string(mixprec_last_error()), "");
+    EXPECT_EQ(c_optimizer_bytes(c.optimizers[1]), before);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothConventions, BindingOptimizerStateTest,
+                         ::testing::Values(Convention::kRaw, Convention::kShared),
+                         ::testing::PrintToStringParamName());
+
+// The size query keeps the serialized bytes for the copy call that follows; a call that may
+// change the scaler in between drops them, so the copy has the state as it is then.
+TEST(BindingStateTest, TheCopyAfterAChangeHasTheNewState) {
+  CScaler c = make_c_scaler(nullptr);
+  size_t size = 0;
+  MIXPREC_C_OK(mixprec_grad_scaler_state_dict(c.get(), nullptr, 0, &size));
+  MIXPREC_C_OK(mixprec_grad_scaler_set_growth_factor(c.get(), 3.0));
+  GradScaler cpp;
+  cpp.set_growth_factor(3.0);
+  const std::vector<char> want = pickle_save_untagged(cpp.state_dict());
+  std::vector<char> bytes(want.size() + 16);
+  size_t written = 0;
+  MIXPREC_C_OK(mixprec_grad_scaler_state_dict(c.get(), bytes.data(), bytes.size(), &written));
+  bytes.resize(written);
+  EXPECT_EQ(bytes, want);
 }
 
 }  // namespace

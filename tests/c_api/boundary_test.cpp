@@ -210,6 +210,39 @@ TEST(NullArgumentTest, EveryCallRefusesNullNamingCallAndArgument) {
        [&] {
          return mixprec_optim_adamw_create_shared(params, 1, 0.1, 0.9, 0.99, 1e-8, 0, 0, nullptr);
        }},
+      {"mixprec_optimizer_get_lr", "optimizer",
+       [&] { return mixprec_optimizer_get_lr(nullptr, &d); }},
+      {"mixprec_optimizer_get_lr", "out", [&] { return mixprec_optimizer_get_lr(opt, nullptr); }},
+      {"mixprec_optimizer_get_lr_shared", "shared_optimizer",
+       [&] { return mixprec_optimizer_get_lr_shared(nullptr, &d); }},
+      {"mixprec_optimizer_get_lr_shared", "out",
+       [&] { return mixprec_optimizer_get_lr_shared(sh, nullptr); }},
+      {"mixprec_optimizer_set_lr", "optimizer",
+       [&] { return mixprec_optimizer_set_lr(nullptr, 0.5); }},
+      {"mixprec_optimizer_set_lr_shared", "shared_optimizer",
+       [&] { return mixprec_optimizer_set_lr_shared(nullptr, 0.5); }},
+      {"mixprec_optimizer_state_dict", "optimizer",
+       [&] { return mixprec_optimizer_state_dict(nullptr, &ptr, &size); }},
+      {"mixprec_optimizer_state_dict", "out_bytes",
+       [&] { return mixprec_optimizer_state_dict(opt, nullptr, &size); }},
+      {"mixprec_optimizer_state_dict", "out_size",
+       [&] { return mixprec_optimizer_state_dict(opt, &ptr, nullptr); }},
+      {"mixprec_optimizer_state_dict_shared", "shared_optimizer",
+       [&] { return mixprec_optimizer_state_dict_shared(nullptr, &ptr, &size); }},
+      {"mixprec_optimizer_state_dict_shared", "out_bytes",
+       [&] { return mixprec_optimizer_state_dict_shared(sh, nullptr, &size); }},
+      {"mixprec_optimizer_state_dict_shared", "out_size",
+       [&] { return mixprec_optimizer_state_dict_shared(sh, &ptr, nullptr); }},
+      {"mixprec_optimizer_load_state_dict", "optimizer",
+       [&] { return mixprec_optimizer_load_state_dict(nullptr, buffer.data(), buffer.size()); }},
+      {"mixprec_optimizer_load_state_dict", "data",
+       [&] { return mixprec_optimizer_load_state_dict(opt, nullptr, 10); }},
+      {"mixprec_optimizer_load_state_dict_shared", "shared_optimizer",
+       [&] {
+         return mixprec_optimizer_load_state_dict_shared(nullptr, buffer.data(), buffer.size());
+       }},
+      {"mixprec_optimizer_load_state_dict_shared", "data",
+       [&] { return mixprec_optimizer_load_state_dict_shared(sh, nullptr, 10); }},
   };
   for (const NullCase& c : cases) {
     SCOPED_TRACE(std::string(c.call) + ", NULL " + c.argument);

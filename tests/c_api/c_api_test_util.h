@@ -208,6 +208,22 @@ class COptimizer {
     return shared() ? mixprec_grad_scaler_last_step_found_inf_shared(s, handle_, out)
                     : mixprec_grad_scaler_last_step_found_inf(s, handle_, out);
   }
+  int get_lr(double* out) const {
+    return shared() ? mixprec_optimizer_get_lr_shared(handle_, out)
+                    : mixprec_optimizer_get_lr(handle_, out);
+  }
+  int set_lr(double lr) const {
+    return shared() ? mixprec_optimizer_set_lr_shared(handle_, lr)
+                    : mixprec_optimizer_set_lr(handle_, lr);
+  }
+  int state_dict(void** out_bytes, size_t* out_size) const {
+    return shared() ? mixprec_optimizer_state_dict_shared(handle_, out_bytes, out_size)
+                    : mixprec_optimizer_state_dict(handle_, out_bytes, out_size);
+  }
+  int load_state_dict(const void* data, size_t size) const {
+    return shared() ? mixprec_optimizer_load_state_dict_shared(handle_, data, size)
+                    : mixprec_optimizer_load_state_dict(handle_, data, size);
+  }
 
  private:
   void* handle_;

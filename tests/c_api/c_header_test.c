@@ -104,8 +104,21 @@ static void options(void) {
   CHECK(o.init_scale == 1024.0 && o.growth_factor == 3.0 && o.backoff_factor == 0.25);
   CHECK(o.growth_interval == 7 && o.enabled == 0);
 
-  /* NULL is a no-op for _default and every setter. */
+  {
+    /* The exported function (which bindings call; the header's macro is _init with sizeof)
+       writes exactly the version-1 struct: this header's, as no field has been appended yet. */
+    mixprec_grad_scaler_options v1, current;
+    memset(&v1, 0x5a, sizeof v1);
+    (mixprec_grad_scaler_options_default)(&v1);
+    mixprec_grad_scaler_options_default(&current);
+    CHECK(same_options(&v1, &current));
+  }
+
+  /* NULL is a no-op for the exported _default and every setter; through the macro, _init
+     refuses it. */
+  (mixprec_grad_scaler_options_default)(NULL);
   mixprec_grad_scaler_options_default(NULL);
+  CHECK(strstr(mixprec_last_error(), "mixprec_grad_scaler_options_init: out is NULL") != NULL);
   mixprec_grad_scaler_options_set_init_scale(NULL, 1.0);
   mixprec_grad_scaler_options_set_growth_factor(NULL, 1.0);
   mixprec_grad_scaler_options_set_backoff_factor(NULL, 1.0);
