@@ -3,14 +3,15 @@
 # adapter's tests under AddressSanitizer + UndefinedBehaviorSanitizer (LibTorch itself
 # uninstrumented), the threaded kernels under ThreadSanitizer (clang + LLVM's OpenMP with its
 # Archer tool, so OpenMP's own synchronisation is understood), and a bounded run of every
-# libFuzzer target on its committed corpus.
+# libFuzzer target on its committed corpus (tests/fuzz/: the update rule, the unscale and MXFP8
+# kernels, and every reader of untrusted bytes: state dicts, pickles, checkpoint files, the C ABI).
 #
 # MIXPREC_SANITIZERS selects parts (default "asan tsan fuzz"). CI runs each part once: the Debian
 # 13 stage "asan", where LibTorch 2.6 compiles the most of mixprec (the FP8 ops, fp8::Linear), and
 # the Debian 12 stage "tsan fuzz", which test the core, the same code on both releases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS=${MIXPREC_FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${MIXPREC_FUZZ_SECONDS:-15}
 PARTS=" ${MIXPREC_SANITIZERS:-asan tsan fuzz} "
 JOBS=$(nproc)
 export CC=clang CXX=clang++
@@ -54,14 +55,18 @@ fuzz() {
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_BUILD_FUZZERS=ON \
     -DMIXPREC_BUILD_TESTS=OFF -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
-  cmake --build build-fuzz -j "$JOBS" --target fuzz_unscale fuzz_update_rule fuzz_state_dict
-  for target in fuzz_unscale fuzz_update_rule fuzz_state_dict; do
+  local targets=(fuzz_unscale fuzz_update_rule fuzz_dequantize_mxfp8 fuzz_state_dict
+                 fuzz_pickle_load fuzz_load_checkpoint fuzz_c_load_state_dict)
+  cmake --build build-fuzz -j "$JOBS" --target "${targets[@]}"
+  for target in "${targets[@]}"; do
     corpus=tests/fuzz/corpus/${target}
     work=$(mktemp -d)
     cp -r "$corpus"/. "$work"/ 2>/dev/null || true
     echo "-- $target"
     log=$(mktemp)
-    if ! ./build-fuzz/tests/fuzz/$target -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+    if ! LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan_fuzz.supp \
+        ASAN_OPTIONS=malloc_context_size=2 \
+        ./build-fuzz/tests/fuzz/$target -max_total_time="$FUZZ_SECONDS" -timeout=10 \
         -rss_limit_mb=4096 -print_final_stats=1 "$work" >"$log" 2>&1; then
       tail -n 60 "$log"
       echo "FAILED: $target found a crash or a mismatch (input saved as crash-* in $(pwd))"

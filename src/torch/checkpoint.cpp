@@ -448,7 +448,14 @@ IValue load_archive(caffe2::serialize::PyTorchStreamReader& reader) {
       [&](const std::string& name) { return std::get<0>(reader.getRecord("data/" + name)); },
       c10::Device(c10::kCPU));
   unpickler.set_version(reader.version());
-  IValue value = unpickler.parse_ivalue();
+  IValue value;
+  try {
+    value = unpickler.parse_ivalue();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {  // e.g. std::out_of_range from a malformed stream
+    TORCH_CHECK(false, "mixprec: LibTorch's unpickler cannot read this pickle: ", e.what());
+  }
   drop_attributes(value);
   return value;
 }

@@ -28,8 +28,20 @@ struct Op {
 };
 
 // What the walk knows of a stack value: the OrderedDict class (not written out), the empty
-// argument tuple that follows it (not written out), a dict made from them, or anything else.
-enum class Kind { kOther, kOrderedDictClass, kEmptyArgs, kDict };
+// argument tuple that follows it (not written out), a dict made from them, another container
+// (tuple, list, dict, set: no dict key), or anything else.
+enum class Kind { kOther, kOrderedDictClass, kEmptyArgs, kDict, kContainer };
+
+// The opcodes that push a tuple, list, dict or set.
+bool makes_container(char code) {
+  switch (code) {
+    case ')': case ']': case '}': case 't': case 'l': case 'd': case '\x85': case '\x86':
+    case '\x87': case '\x8f': case '\x91':
+      return true;
+    default:
+      return false;
+  }
+}
 
 constexpr char kMark = '(', kEmptyTuple = ')', kEmptyDict = '}', kSetItem = 's', kSetItems = 'u',
                kAppend = 'a', kAppends = 'e',
@@ -121,12 +133,32 @@ class Walk {
     }
     const bool put = code == 'p' || code == 'q' || code == 'r';
     const bool get = code == 'g' || code == 'h' || code == 'j';
+    // Python numbers its memo entries 0, 1, 2, ... in order; LibTorch's unpickler sizes its memo
+    // table by the index it reads, so one PUT of 4e9 asks it for gigabytes. A PUT past the
+    // entries so far, or a GET of one not yet made, is refused.
+    if (put || code == '\x94') {
+      if (put) {
+        TORCH_CHECK(memo_index(code, arg) <= memo_count_, "mixprec: a pickle memo PUT at index ",
+                    memo_index(code, arg), " after ", memo_count_,
+                    " entries (Python numbers them in order)");
+      }
+      ++memo_count_;
+    }
+    if (get) {
+      TORCH_CHECK(memo_index(code, arg) < memo_count_, "mixprec: a pickle memo GET of index ",
+                  memo_index(code, arg), ", of ", memo_count_, " entries");
+    }
     if (put && top_is(Kind::kOrderedDictClass)) {
       class_memo_.insert(memo_index(code, arg));  // the class is not written out, nor memoized
       return true;
     }
     if (get && class_memo_.count(memo_index(code, arg))) {
       stack_.push_back({Kind::kOrderedDictClass, out_.size()});
+      return true;
+    }
+    if (get && container_memo_.count(memo_index(code, arg))) {
+      out_.append(in_, pos_ - arg.size() - 1, arg.size() + 1);  // copied as it is
+      stack_.push_back({Kind::kContainer, out_.size() - arg.size() - 1});
       return true;
     }
     if (code == kEmptyTuple && top_is(Kind::kOrderedDictClass)) {
@@ -163,6 +195,7 @@ class Walk {
       // unpickler has no SETITEM, which Python writes for a dict of one item.
       check_plain(stack_.size() - 1);
       check_plain(stack_.size() - 2);
+      check_key(stack_.size() - 2);
       out_.insert(stack_[stack_.size() - 2].start, 1, kMark);
       stack_.resize(stack_.size() - 2);
       out_ += kSetItems;
@@ -185,7 +218,13 @@ class Walk {
     if (code == 'p' || code == 'q' || code == 'r' || code == '\x94') {  // PUT, MEMOIZE
       TORCH_CHECK(!stack_.empty(), "mixprec: pickle PUT on an empty stack");
       check_plain(stack_.size() - 1);
-      if (code != '\x94') class_memo_.erase(memo_index(code, arg));
+      const std::uint64_t index = code == '\x94' ? memo_count_ - 1 : memo_index(code, arg);
+      class_memo_.erase(index);
+      if (stack_.back().kind == Kind::kContainer || stack_.back().kind == Kind::kDict) {
+        container_memo_.insert(index);
+      } else {
+        container_memo_.erase(index);
+      }
       return;
     }
     std::size_t keep = 0, start = out_start;
@@ -201,8 +240,29 @@ class Walk {
       if (op.pops > 0) start = stack_[keep].start;
     }
     for (std::size_t i = keep; i < stack_.size(); ++i) check_plain(i);
+    // LibTorch's unpickler does not check its stack: these opcodes change the value below their
+    // arguments (a list, a dict, an object), which must be there, and a dict takes pairs. Else it
+    // reads outside its stack (found by tests/fuzz: a bad free on LibTorch 1.13).
+    const bool into_below = code == kAppend || code == kSetItem || code == kBuild ||
+                            code == kAppends || code == kSetItems || code == '\x90';
+    TORCH_CHECK(!into_below || keep >= 1, "mixprec: pickle opcode ", static_cast<int>(code),
+                " with nothing below its arguments to apply to");
+    if (code == kSetItems || code == 'd') {  // keys and values from the MARK on
+      TORCH_CHECK((stack_.size() - keep) % 2 == 0,
+                  "mixprec: a pickle dict with a key and no value");
+      for (std::size_t i = keep; i + 1 < stack_.size(); i += 2) check_key(i);
+    }
     stack_.resize(keep);
-    if (op.pushes) stack_.push_back({Kind::kOther, start});
+    if (op.pushes) stack_.push_back({makes_container(code) ? Kind::kContainer : Kind::kOther, start});
+  }
+
+  // LibTorch's unpickler cannot hash a tuple, list, dict or set, and its dicts call the hash
+  // where no exception may pass: such a key ends the process (std::terminate, "Can't hash
+  // IValues with tag 'Tuple'"). Python's state dicts have string and integer keys.
+  void check_key(std::size_t i) const {
+    TORCH_CHECK(stack_[i].kind != Kind::kContainer && stack_[i].kind != Kind::kDict,
+                "mixprec: a pickle dict has a tuple, list, dict or set as a key, which LibTorch's "
+                "unpickler cannot hash");
   }
 
   // An OrderedDict class or its argument tuple used other than as `OrderedDict()`.
@@ -220,7 +280,8 @@ class Walk {
   static std::uint64_t memo_index(char code, const std::string& arg) {
     if (code == 'p' || code == 'g') {
       const std::string digits = arg.substr(0, arg.size() - 1);
-      TORCH_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos,
+      TORCH_CHECK(!digits.empty() && digits.size() <= 18 &&
+                      digits.find_first_not_of("0123456789") == std::string::npos,
                   "mixprec: a pickle PUT/GET with the index '", digits, "'");
       return std::stoull(digits);
     }
@@ -275,6 +336,8 @@ class Walk {
   std::vector<Value> stack_;
   std::vector<std::pair<std::size_t, std::size_t>> marks_;  // stack size, output offset
   std::set<std::uint64_t> class_memo_;  // the memo entries that hold the OrderedDict class
+  std::set<std::uint64_t> container_memo_;  // the memo entries that hold a container
+  std::uint64_t memo_count_ = 0;             // memo entries made so far (PUTs and MEMOIZEs)
 };
 
 }  // namespace
