@@ -141,8 +141,8 @@ void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t til
   // the kernel pipelines its reads across a run's bands (Note [Tile casts] in fp8_simd.cpp).
   const std::int64_t rows = x.numel / cols;
   const std::int64_t bands = (rows + tile_rows - 1) / tile_rows;
-  const int threads = threads_for_bytes(bytes_of(x));  // 0 for a small x: one run
-  const std::int64_t per_thread = (bands + threads - 1) / std::max(threads, 1);
+  const int threads = std::max(threads_for_bytes(bytes_of(x)), 1);  // 0 for a small x
+  const std::int64_t per_thread = (bands + threads - 1) / threads;
   const std::int64_t band = std::min(tile_rows, rows) * cols;
   parallel_pieces(bands, std::max({std::int64_t{1}, per_piece(x.dtype) / band, per_thread}),
                   threads, [&](std::int64_t first, std::int64_t last) {

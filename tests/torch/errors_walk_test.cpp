@@ -581,6 +581,13 @@ std::vector<Trigger> triggers() {
        "`mixprec: this pickle builds a collections.OrderedDict",
        {pickle_of(std::string("\x80\x02" "ccollections\nOrderedDict\nq\x00.", 30)),
         pickle_of(std::string("\x80\x02X\x05\x00\x00\x00" "ab", 9))}},
+      {"PickleMemo",
+       "`mixprec: a pickle memo PUT at index N after N entries`",
+       {pickle_of(std::string("\x80\x02K\x01r\xff\xff\xff\xff.", 10)),
+        pickle_of(std::string("\x80\x02K\x01q\x00h\x01.", 9)),
+        pickle_of(std::string("\x80\x02K\x01p") + std::string(35, '1') + "\n.")}},
+      {"PickleContainerKey", "`mixprec: a pickle dict has a tuple, list, dict or set as a key",
+       {pickle_of(std::string("\x80\x02}K\x01\x85K\x02s.", 10))}},
 #ifdef MIXPREC_HAS_DISTRIBUTED
       {"AllReduceFails",
        "`mixprec::distributed: all-reduce (MAX) of found_inf",
@@ -645,6 +652,9 @@ std::vector<Trigger> triggers() {
 // Rows that no trigger can reach in this build, each with its reason and the test that covers it.
 std::vector<Untriggerable> untriggerable() {
   return {
+      {"`mixprec: LibTorch's unpickler cannot read this pickle",
+       "a guard: the opcode walk now refuses every input tests/fuzz saw make LibTorch's "
+       "unpickler throw something other than c10::Error"},
 #ifndef MIXPREC_HAS_DISTRIBUTED
       {"`mixprec::distributed: all-reduce (MAX) of found_inf",
        "mixprec was built without its distributed code; DistributedTest (label dist) covers it"},
