@@ -1,6 +1,7 @@
 // CPU FP8 kernels: cut the tensor into pieces (whole MX blocks for MXFP8), run them on OpenMP
 // threads, and combine the workers' amaxes after the join. The per-element SIMD work is in
-// fp8_simd.cpp; every element is computed the same way whichever thread or target takes it.
+// fp8_simd.cpp, fp8_mx_simd.cpp and fp8_tiles_simd.cpp; every element is computed the same way
+// whichever thread or target takes it.
 #include "cpu/fp8.h"
 
 #include <algorithm>
@@ -138,7 +139,7 @@ void quantize_fp8_tiles(const TensorView& x, std::int64_t cols, std::int64_t til
                         Fp8Format format, const CurrentScaling& rule) {
   if (x.numel == 0) return;
   // One run of whole bands (the rows of one row of tiles) a thread, no shorter than kTaskBytes:
-  // the kernel pipelines its reads across a run's bands (Note [Tile casts] in fp8_simd.cpp).
+  // the kernel pipelines its reads across a run's bands (Note [Tile casts] in fp8_tiles_simd.cpp).
   const std::int64_t rows = x.numel / cols;
   const std::int64_t bands = (rows + tile_rows - 1) / tile_rows;
   const int threads = std::max(threads_for_bytes(bytes_of(x)), 1);  // 0 for a small x

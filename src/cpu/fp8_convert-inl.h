@@ -1,4 +1,4 @@
-// The FP8 element conversions of the SIMD kernels (src/cpu/fp8_simd.cpp), per Highway target:
+// The FP8 element conversions of the SIMD kernels (src/cpu/fp8_*simd.cpp), per Highway target:
 // float <-> fp8 codes in 32-bit lanes, the input dtypes widened to float and the output dtypes
 // stored from it. Included inside the kernel file's foreach_target loop (Highway's per-target
 // include guard instead of #pragma once). Internal.

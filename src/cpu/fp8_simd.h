@@ -1,4 +1,4 @@
-// The SIMD spans of the CPU FP8 kernels (src/cpu/fp8_simd.cpp, one copy per Highway target, the
+// The SIMD spans of the CPU FP8 kernels (src/cpu/fp8_*simd.cpp, one copy per Highway target, the
 // best one picked at run time). Internal: src/cpu/fp8.cpp cuts the tensors into spans and runs
 // them on threads. Every element equals the scalar functions of mixprec/core/fp8.h bit for bit.
 #pragma once

@@ -23,7 +23,7 @@ namespace mixprec::core::cuda {
 // NaNs with integer code. Where the CPU kernels fix a NaN themselves, so does this code: an amax
 // that is NaN is the quiet NaN 0x7fc00000, and an MX block holding inf or NaN (exponent 0xff) has
 // every element 0x7f and dequantizes to 0x7fc00000 in the output dtype (Note [MX blocks holding
-// inf or NaN] in fp8_simd.cpp). A NaN made from non-NaN operands (inf * 0, from a scale of 0 or
+// inf or NaN] in fp8_mx_simd.cpp). A NaN made from non-NaN operands (inf * 0, from a scale of 0 or
 // inf) is the device's canonical NaN, whose bits a CPU does not share; no scale rule makes those.
 
 /// True for a NaN (integer test: any floating-point flags).

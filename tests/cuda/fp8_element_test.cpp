@@ -262,7 +262,7 @@ void check_mx(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng, bool s
       for (std::int64_t c = c0; c < end; ++c) {
         const std::int64_t i = r * cols + c;
         // The element times 2^(127 - e) (exact in double); a block with inf or NaN is all 0x7f
-        // (the CPU kernels' choice, Note [MX blocks holding inf or NaN] in fp8_simd.cpp).
+        // (the CPU kernels' choice, Note [MX blocks holding inf or NaN] in fp8_mx_simd.cpp).
         const float v = x.value(i);
         const std::uint8_t want =
             e == 0xff

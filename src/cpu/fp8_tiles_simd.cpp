@@ -1,0 +1,206 @@
+// CPU FP8 kernels, tiles (rowwise, 1 x 128, 128 x 128: one current-scaling scale each), per
+// Highway target as fp8_simd.cpp's spans; the shared loops are fp8_loops-inl.h's.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/fp8_tiles_simd.cpp"
+#include <hwy/foreach_target.h>  // must come before highway.h
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/fp8_loops-inl.h"
+#include "cpu/fp8_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mixprec::core::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Codes of the elements [c, c + n) by to_fp8_scaled() (0 < scale < inf, no NaN among them), and
+// in the same loop the amax bits of [a, a + n): see Note [Tile casts].
+template <Fp8Format kFormat, class Src>
+HWY_INLINE std::uint32_t codes_and_amax(const Src& src, std::int64_t c, std::int64_t a,
+                                        std::int64_t n, std::uint8_t* HWY_RESTRICT q, float scale) {
+  using DF = typename Src::DF;
+  const DF df;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::uint8_t, DF> d8;
+  const auto abs_mask = hn::Set(du, 0x7fffffffu);
+  const auto vscale = hn::Set(df, scale);
+  auto running = hn::Zero(di);
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto step = [&](std::int64_t i) MIXPREC_VECTOR_LAMBDA {
+    const auto y = hn::BitCast(du, src.Load(df, a + i));
+    running = hn::Max(running, hn::BitCast(di, hn::And(y, abs_mask)));
+    const auto x = hn::BitCast(du, src.Load(df, c + i));
+    return to_fp8_scaled<kFormat>(df, x, hn::And(x, abs_mask), vscale);
+  };
+  std::int64_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    prefetch_ahead(src, a + i, 4 * lanes);  // See Note [FP8 casts prefetch]
+    const auto c0 = step(i), c1 = step(i + lanes);
+    const auto c2 = step(i + 2 * lanes), c3 = step(i + 3 * lanes);
+    store_codes4(df, c0, c1, c2, c3, q + c + i);
+  }
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, step(i))), d8, q + c + i);
+  }
+  auto bits = static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di, running)));
+  for (; i < n; ++i) {
+    bits = std::max(bits, float_to_bits(src.At(a + i)) & 0x7fffffffu);
+    q[c + i] = float_to_fp8_bits(src.At(c + i) * scale, kFormat);
+  }
+  return bits;
+}
+
+// Note [Tile casts]
+// A tile's scale needs its amax before its first code, so a tile cast reads its input twice.
+// Tiles are walked a band at a time (the tile_rows rows of one row of tiles), and the two reads
+// are pipelined across bands: one loop writes the codes of band b, read again from cache (a row
+// of 1 x 128 or rowwise tiles from L1 or L2, a 128-row band of 4096 columns from L3), and takes
+// the amax of band b + 1, streamed from memory, its row r + tile_rows beside row r. The memory
+// reads then overlap the conversions instead of waiting for a pass of their own. 64M fp32 in
+// rows of 4096, 2 threads (bench/fp8_benchmark, medians of 8 interleaved runs, 3 runs each,
+// ms; the 4:1 loop took 6.8-9.2 ms in the same runs):
+//                                    rowwise    1 x 128    128 x 128
+//   an amax pass, then a codes pass  12.2-13.0  12.9-13.3  12.0-12.1
+//   pipelined (this)                  9.0-9.7   10.3-10.9   8.2-8.9
+// Tried and dropped (one run each): pipelining groups of bands of about 64 KiB to 1 MiB (no
+// change), prefetching the codes' reads too (slower), streaming stores (no steady gain), and
+// re-reading a band's columns in L2-sized groups (128 x 128 slower). Visiting a 128 x 128 tile
+// alone reads 128 short rows 16 KiB apart: 0.39x the loop.
+template <Fp8Format kFormat, class Src>
+void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::int64_t th,
+                    std::int64_t tc, std::uint8_t* q, float* scale_inv,
+                    const CurrentScaling& rule, std::int64_t first_band, std::int64_t last_band) {
+  const bool skip_nan = rule.nan == NanAmax::kIgnore;
+  const std::int64_t per_row = (cols + tc - 1) / tc;
+  const auto tiles = static_cast<std::size_t>(per_row);
+  std::vector<std::uint32_t> bits(tiles), next(tiles);  // amax bits of this band, of the next
+  std::vector<float> scale(tiles);
+  std::vector<char> fast(tiles);  // the tile takes codes_and_amax()
+  // Calls f(k, begin, end) for row r's piece of each tile k of its row of tiles.
+  const auto each_piece = [&](std::int64_t r, const auto& f) {
+    for (std::int64_t j = 0; j < per_row; ++j) {
+      f(static_cast<std::size_t>(j), r * cols + j * tc, r * cols + std::min(cols, j * tc + tc));
+    }
+  };
+  for (std::int64_t r = first_band * th; r < std::min(rows, first_band * th + th); ++r) {
+    each_piece(r, [&](std::size_t k, std::int64_t begin, std::int64_t end) HWY_ATTR {
+      next[k] = std::max(next[k], quantize_range<Pass::kAmax, kFormat>(src, begin, end, q, 1.0f));
+    });
+  }
+  for (std::int64_t band = first_band; band < last_band; ++band) {
+    const std::int64_t r0 = band * th, r1 = std::min(rows, r0 + th);
+    bits.swap(next);
+    std::fill(next.begin(), next.end(), 0u);
+    for (std::int64_t j = 0; j < per_row; ++j) {
+      const auto k = static_cast<std::size_t>(j);
+      const bool nan = bits[k] > 0x7f800000u;
+      if (nan && skip_nan) {  // a tile holding NaN, its NaNs skipped (TE): read again
+        bits[k] = 0;
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const std::int64_t begin = r * cols + j * tc, end = r * cols + std::min(cols, j * tc + tc);
+          bits[k] = std::max(
+              bits[k], quantize_range<Pass::kAmaxSkipNaN, kFormat>(src, begin, end, q, 1.0f));
+        }
+      }
+      scale[k] = current_scale(amax_of_bits(bits[k]), fp8_max(kFormat), rule);
+      scale_inv[band * per_row + j] = 1.0f / scale[k];
+      fast[k] = !nan && scale[k] > 0.0f && scale[k] < bits_to_float(0x7f800000u);
+    }
+    const bool more = band + 1 < last_band;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const bool partner = more && r + th < rows;  // row r's row in the next band
+      each_piece(r, [&](std::size_t k, std::int64_t begin, std::int64_t end) HWY_ATTR {
+        if (partner && fast[k]) {
+          next[k] = std::max(next[k], codes_and_amax<kFormat>(src, begin, begin + th * cols,
+                                                              end - begin, q, scale[k]));
+          return;
+        }
+        quantize_codes<kFormat>(src, begin, end, q, scale[k]);
+        if (partner) {
+          next[k] = std::max(next[k], quantize_range<Pass::kAmax, kFormat>(
+                                          src, begin + th * cols, end + th * cols, q, 1.0f));
+        }
+      });
+    }
+  }
+}
+
+// The tiles first .. last - 1 of x read as rows of `cols` (ceil(cols / tc) tiles a row of tiles,
+// each th x tc, numbered row-major), calling body(tile, rows [r0, r1), columns [c0, c1)).
+template <class Body>
+HWY_INLINE void for_each_tile(std::int64_t rows, std::int64_t cols, std::int64_t th,
+                              std::int64_t tc, std::int64_t first, std::int64_t last,
+                              const Body& body) {
+  const std::int64_t per_row = (cols + tc - 1) / tc;
+  for (std::int64_t t = first; t < last; ++t) {
+    const std::int64_t r0 = t / per_row * th, c0 = t % per_row * tc;
+    body(t, r0, std::min(rows, r0 + th), c0, std::min(cols, c0 + tc));
+  }
+}
+
+template <Fp8Format kFormat, class Dst>
+void dequantize_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t rows,
+                      std::int64_t cols, std::int64_t th, std::int64_t tc, const Dst& dst,
+                      std::int64_t first, std::int64_t last) {
+  for_each_tile(rows, cols, th, tc, first, last,
+                [&](std::int64_t t, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                    std::int64_t c1) HWY_ATTR {
+                  for (std::int64_t r = r0; r < r1; ++r) {
+                    dequantize_range<kFormat>(q, r * cols + c0, r * cols + c1, scale_inv[t], dst);
+                  }
+                });
+}
+
+void QuantizeTiles(const TensorView& x, std::int64_t cols, std::int64_t th, std::int64_t tc,
+                   std::uint8_t* q, float* scale_inv, Fp8Format format, const CurrentScaling& rule,
+                   std::int64_t first_band, std::int64_t last_band) {
+  with_src(x, [&](const auto& src) HWY_ATTR {
+    with_format(format, [&](auto f) HWY_ATTR {
+      quantize_tiles<decltype(f)::value>(src, x.numel / cols, cols, th, tc, q, scale_inv, rule,
+                                         first_band, last_band);
+    });
+  });
+}
+
+void DequantizeTiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                     std::int64_t th, std::int64_t tc, Fp8Format format, const TensorView& out,
+                     std::int64_t first, std::int64_t last) {
+  with_dst(out, [&](const auto& dst) HWY_ATTR {
+    with_format(format, [&](auto f) HWY_ATTR {
+      dequantize_tiles<decltype(f)::value>(q, scale_inv, out.numel / cols, cols, th, tc, dst,
+                                           first, last);
+    });
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mixprec::core::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mixprec::core::cpu {
+
+HWY_EXPORT(QuantizeTiles);
+HWY_EXPORT(DequantizeTiles);
+
+void quantize_tiles(const TensorView& x, std::int64_t cols, std::int64_t tile_rows,
+                    std::int64_t tile_cols, std::uint8_t* q, float* scale_inv, Fp8Format format,
+                    const CurrentScaling& rule, std::int64_t first_band, std::int64_t last_band) {
+  HWY_DYNAMIC_DISPATCH(QuantizeTiles)(x, cols, tile_rows, tile_cols, q, scale_inv, format, rule,
+                                      first_band, last_band);
+}
+
+void dequantize_tiles(const std::uint8_t* q, const float* scale_inv, std::int64_t cols,
+                      std::int64_t tile_rows, std::int64_t tile_cols, Fp8Format format,
+                      const TensorView& out, std::int64_t first_tile, std::int64_t last_tile) {
+  HWY_DYNAMIC_DISPATCH(DequantizeTiles)(q, scale_inv, cols, tile_rows, tile_cols, format, out,
+                                        first_tile, last_tile);
+}
+
+}  // namespace mixprec::core::cpu
+#endif  // HWY_ONCE
