@@ -14,8 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "message_of.h"
 #include "mixprec/c_api.h"
 #include "mixprec/grad_scaler.h"
+#include "torch/without_backtrace.h"
 
 namespace mixprec::c_api_test {
 
@@ -33,15 +35,9 @@ inline void c_ok(int rc, const char* call) {
 /// backtrace, or what() of another exception. Fails the test if `f` does not throw.
 template <typename F>
 std::string cpp_message(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "the C++ reference did not throw";
-  return "<no C++ exception>";
+  const auto message = mixprec::test::message_of(std::forward<F>(f), WithoutBacktrace{});
+  if (!message) ADD_FAILURE() << "the C++ reference did not throw";
+  return message.value_or("<no C++ exception>");
 }
 
 /// Calls `f` from a noexcept function: an exception escaping the C API would terminate here.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "message_of.h"
 #include "mixprec/core/error.h"
 #include "mixprec/core/optim_kernels.h"
 
@@ -15,15 +16,10 @@ namespace {
 
 constexpr Device kGpu{DeviceType::kCUDA, 0};
 
-// Calls `f` and returns the core::Error message it threw ("" if none).
+// The message `f` throws ("" if none).
 template <typename F>
 std::string error_of(const F& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of(f).value_or("");
 }
 
 struct Buffers {

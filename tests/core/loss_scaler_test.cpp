@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "message_of.h"
 #include "mixprec/core/error.h"
 #include "mixprec/core/loss_scaler.h"
 
@@ -21,12 +22,7 @@ LossScalerOptions options(double init, double growth, double backoff, std::int64
 }
 
 std::string error_of(const LossScalerOptions& o) {
-  try {
-    LossScaler s(o);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of([&] { LossScaler s(o); }).value_or("");
 }
 
 TEST(LossScalerTest, InvalidOptionsNameTheOptionAndValue) {

@@ -9,7 +9,9 @@
 #include <iostream>
 #include <string>
 
+#include "message_of.h"
 #include "mixprec/mixprec.h"
+#include "torch/without_backtrace.h"
 #include "torch/warning_capture.h"
 
 namespace {
@@ -37,12 +39,8 @@ std::string escaped(const std::string& text) {
 }
 
 void report(const char* key, const std::function<void()>& misuse) {
-  std::string message = "<nothing was thrown>";
-  try {
-    misuse();
-  } catch (const c10::Error& e) {
-    message = e.what_without_backtrace();
-  }
+  const std::string message =
+      mixprec::test::message_of(misuse, WithoutBacktrace{}).value_or("<nothing was thrown>");
   std::cout << key << "\t" << escaped(message) << "\n";
 }
 

@@ -7,7 +7,9 @@
 #include <string>
 #include <type_traits>
 
+#include "message_of.h"  // EXPECT_THROW_WITH
 #include "torch/optim/adapter.h"
+#include "torch/without_backtrace.h"
 
 /// The state `optimizer` keeps for `param`, or nullptr. LibTorch files it under the address of the
 /// parameter's TensorImpl: printed to a string in LibTorch 1.13, the pointer itself in 2.x.
@@ -21,14 +23,3 @@ auto* find_state(Optimizer& optimizer, const torch::Tensor& param) {
   return it == optimizer.state().end() ? static_cast<State*>(nullptr) : it->second.get();
 }
 
-/// Runs `stmt` and checks that it throws a std::exception whose message contains `text`.
-#define EXPECT_THROW_WITH(stmt, text)                                                  \
-  do {                                                                                 \
-    try {                                                                              \
-      stmt;                                                                            \
-      ADD_FAILURE() << "expected an exception containing: " << (text);                 \
-    } catch (const std::exception& e) {                                                \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)                   \
-          << "message was: " << e.what();                                              \
-    }                                                                                  \
-  } while (false)
