@@ -31,13 +31,13 @@ std::optional<std::string> message_of(F&& f, Text text = {}) {
 }  // namespace mixprec::test
 
 /// Runs `stmt` and checks that it throws a std::exception whose message contains `text`.
-#define EXPECT_THROW_WITH(stmt, text)                                                       \
-  do {                                                                                      \
-    const auto mixprec_message_ = ::mixprec::test::message_of([&] { stmt; });              \
-    if (!mixprec_message_) {                                                                \
+#define EXPECT_THROW_WITH(stmt, text)                                                        \
+  do {                                                                                       \
+    const auto mixprec_message_ = ::mixprec::test::message_of([&] { stmt; });                \
+    if (!mixprec_message_) {                                                                 \
       ADD_FAILURE() << #stmt << " threw nothing; expected a message containing: " << (text); \
-    } else {                                                                                \
-      EXPECT_NE(mixprec_message_->find(text), std::string::npos)                            \
-          << #stmt << " threw: " << *mixprec_message_;                                      \
-    }                                                                                       \
+    } else {                                                                                 \
+      EXPECT_NE(mixprec_message_->find(text), std::string::npos)                             \
+          << #stmt << " threw: " << *mixprec_message_;                                       \
+    }                                                                                        \
   } while (false)

@@ -2,7 +2,6 @@
 // checks, its two optimizer conventions), and the C++ equivalents the tests compare with.
 #pragma once
 
-#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -224,17 +224,17 @@ TEST(Fp8ArgsTest, PerTensorCallsRefuseBadArguments) {
   EXPECT_THROW_WITH(amax_(negative, &amax), "amax_: x has a negative element count -1");
   EXPECT_THROW_WITH(amax_(bad_dtype, &amax), "amax_: x has an unsupported dtype (9)");
   EXPECT_THROW_WITH(quantize_fp8_(v, nullptr, Fp8Format::kE4M3, &scale),
-               "quantize_fp8_: q is null but x has 10");
+                    "quantize_fp8_: q is null but x has 10");
   EXPECT_THROW_WITH(quantize_fp8_(v, q.data(), Fp8Format::kE4M3, nullptr),
-               "quantize_fp8_: scale must not be null");
+                    "quantize_fp8_: scale must not be null");
   EXPECT_THROW_WITH(quantize_fp8_(v, q.data(), bad_format, &scale),
-               "quantize_fp8_: unsupported FP8 format 5");
+                    "quantize_fp8_: unsupported FP8 format 5");
   const auto bad_nan = static_cast<NanAmax>(2);
   EXPECT_THROW_WITH(amax_(v, &amax, nullptr, bad_nan), "amax_: unsupported NanAmax 2");
   EXPECT_THROW_WITH(quantize_fp8_(v, q.data(), Fp8Format::kE4M3, &scale, &amax, nullptr, bad_nan),
-               "quantize_fp8_: unsupported NanAmax 2");
+                    "quantize_fp8_: unsupported NanAmax 2");
   EXPECT_THROW_WITH(quantize_fp8_(bad_dtype, q.data(), Fp8Format::kE4M3, &scale),
-               "quantize_fp8_: x has an unsupported dtype");
+                    "quantize_fp8_: x has an unsupported dtype");
   EXPECT_THROW_WITH(
       quantize_fp8_current_(v, q.data(), Fp8Format::kE4M3, rule, nullptr, &scale_inv, &amax),
       "quantize_fp8_current_: scale, scale_inv and amax must not be null");
@@ -254,13 +254,13 @@ TEST(Fp8ArgsTest, PerTensorCallsRefuseBadArguments) {
         "quantize_fp8_current_: CurrentScaling::eps must be finite and >= 0");
   }
   EXPECT_THROW_WITH(dequantize_fp8_(q.data(), Fp8Format::kE4M3, nullptr, v),
-               "dequantize_fp8_: scale_inv must not be null");
+                    "dequantize_fp8_: scale_inv must not be null");
   EXPECT_THROW_WITH(dequantize_fp8_(nullptr, Fp8Format::kE4M3, &scale_inv, v),
-               "dequantize_fp8_: q is null but out has 10");
+                    "dequantize_fp8_: q is null but out has 10");
   EXPECT_THROW_WITH(dequantize_fp8_(q.data(), bad_format, &scale_inv, v),
-               "dequantize_fp8_: unsupported FP8 format");
+                    "dequantize_fp8_: unsupported FP8 format");
   EXPECT_THROW_WITH(dequantize_fp8_(q.data(), Fp8Format::kE4M3, &scale_inv, null_data),
-               "dequantize_fp8_: out has 10 elements but a null");
+                    "dequantize_fp8_: out has 10 elements but a null");
   // Refused calls wrote nothing.
   EXPECT_EQ(q, std::vector<std::uint8_t>(10, 0x11));
   EXPECT_EQ(x, std::vector<float>(10, 1.0f));
@@ -276,25 +276,25 @@ TEST(Fp8ArgsTest, MxCallsRefuseBadShapes) {
   const TensorView v{x.data(), 10, DType::kFloat32};
   for (std::int64_t cols : {0, -3}) {
     EXPECT_THROW_WITH(quantize_mxfp8_(v, cols, q.data(), scales.data(), Fp8Format::kE4M3),
-                 "quantize_mxfp8_: cols must be > 0, got " + std::to_string(cols));
+                      "quantize_mxfp8_: cols must be > 0, got " + std::to_string(cols));
     EXPECT_THROW_WITH(dequantize_mxfp8_(q.data(), scales.data(), cols, Fp8Format::kE4M3, v),
-                 "dequantize_mxfp8_: cols must be > 0");
+                      "dequantize_mxfp8_: cols must be > 0");
   }
   EXPECT_THROW_WITH(quantize_mxfp8_(v, 3, q.data(), scales.data(), Fp8Format::kE4M3),
-               "quantize_mxfp8_: x has 10 elements, not a multiple of cols = 3");
+                    "quantize_mxfp8_: x has 10 elements, not a multiple of cols = 3");
   EXPECT_THROW_WITH(dequantize_mxfp8_(q.data(), scales.data(), 4, Fp8Format::kE4M3, v),
-               "dequantize_mxfp8_: out has 10 elements, not a multiple of cols = 4");
+                    "dequantize_mxfp8_: out has 10 elements, not a multiple of cols = 4");
   EXPECT_THROW_WITH(quantize_mxfp8_(v, 5, q.data(), nullptr, Fp8Format::kE4M3),
-               "quantize_mxfp8_: scales is null");
+                    "quantize_mxfp8_: scales is null");
   EXPECT_THROW_WITH(quantize_mxfp8_(v, 5, q.data(), scales.data(), Fp8Format::kE4M3, nullptr,
-                               static_cast<NanAmax>(3)),
-               "quantize_mxfp8_: unsupported NanAmax 3");
+                                    static_cast<NanAmax>(3)),
+                    "quantize_mxfp8_: unsupported NanAmax 3");
   EXPECT_THROW_WITH(quantize_mxfp8_(v, 5, nullptr, scales.data(), Fp8Format::kE4M3),
-               "quantize_mxfp8_: q is null");
+                    "quantize_mxfp8_: q is null");
   EXPECT_THROW_WITH(dequantize_mxfp8_(q.data(), nullptr, 5, Fp8Format::kE4M3, v),
-               "dequantize_mxfp8_: scales is null");
+                    "dequantize_mxfp8_: scales is null");
   EXPECT_THROW_WITH(quantize_mxfp8_(v, 5, q.data(), scales.data(), static_cast<Fp8Format>(2)),
-               "quantize_mxfp8_: unsupported FP8 format 2");
+                    "quantize_mxfp8_: unsupported FP8 format 2");
 }
 
 TEST(Fp8ArgsTest, DelayedUpdateRefusesBadState) {
@@ -304,16 +304,17 @@ TEST(Fp8ArgsTest, DelayedUpdateRefusesBadState) {
   rule.history_len = 4;
   const DelayedTensor good{h.data(), 1, &scale, &scale_inv, Fp8Format::kE4M3};
   const std::string who = "delayed_scaling_update_: ";
-  EXPECT_THROW_WITH(delayed_scaling_update_(nullptr, 1, rule), who + "tensors is null but count is 1");
+  EXPECT_THROW_WITH(delayed_scaling_update_(nullptr, 1, rule),
+                    who + "tensors is null but count is 1");
   DelayedScaling bad = rule;
   bad.history_len = 0;
   EXPECT_THROW_WITH(delayed_scaling_update_(&good, 1, bad),
-               who + "DelayedScaling::history_len must be >= 1, got 0");
+                    who + "DelayedScaling::history_len must be >= 1, got 0");
   for (int margin : {200, -127}) {
     bad = rule;
     bad.margin = margin;
     EXPECT_THROW_WITH(delayed_scaling_update_(&good, 1, bad),
-                 who + "DelayedScaling::margin must be in [-126, 127]");
+                      who + "DelayedScaling::margin must be in [-126, 127]");
   }
   bad = rule;
   bad.algo = static_cast<AmaxAlgo>(4);
@@ -325,10 +326,11 @@ TEST(Fp8ArgsTest, DelayedUpdateRefusesBadState) {
   t.amax_history = nullptr;
   const DelayedTensor two[2] = {good, t};
   EXPECT_THROW_WITH(delayed_scaling_update_(two, 2, rule),
-               who + "tensor 1: amax_history, scale and scale_inv must not be null");
+                    who + "tensor 1: amax_history, scale and scale_inv must not be null");
   t = good;
   t.stride = 0;
-  EXPECT_THROW_WITH(delayed_scaling_update_(&t, 1, rule), who + "tensor 0: stride must be >= 1, got 0");
+  EXPECT_THROW_WITH(delayed_scaling_update_(&t, 1, rule),
+                    who + "tensor 0: stride must be >= 1, got 0");
   t = good;
   t.format = static_cast<Fp8Format>(3);
   EXPECT_THROW_WITH(delayed_scaling_update_(&t, 1, rule), who + "unsupported FP8 format 3");
@@ -342,15 +344,16 @@ TEST(Fp8ArgsTest, CudaBuffersWithoutCudaBuildSayHowToEnableIt) {
   std::uint8_t q = 0;
   const TensorView gpu{&x, 1, DType::kFloat32, {DeviceType::kCUDA, 0}};
   EXPECT_THROW_WITH(amax_(gpu, &amax),
-               "amax_: got CUDA buffers, but this build of mixprec has no CUDA kernels");
-  EXPECT_THROW_WITH(quantize_fp8_(gpu, &q, Fp8Format::kE4M3, &scale), "quantize_fp8_: got CUDA buffers");
+                    "amax_: got CUDA buffers, but this build of mixprec has no CUDA kernels");
+  EXPECT_THROW_WITH(quantize_fp8_(gpu, &q, Fp8Format::kE4M3, &scale),
+                    "quantize_fp8_: got CUDA buffers");
   EXPECT_THROW_WITH(quantize_mxfp8_(gpu, 1, &q, &q, Fp8Format::kE4M3),
-               "quantize_mxfp8_: got CUDA buffers");
+                    "quantize_mxfp8_: got CUDA buffers");
   DelayedScaling rule;
   rule.history_len = 1;
   const DelayedTensor t{&x, 1, &amax, &scale, Fp8Format::kE4M3};
   EXPECT_THROW_WITH(delayed_scaling_update_(&t, 1, rule, {DeviceType::kCUDA, 0}),
-               "delayed_scaling_update_: got CUDA buffers");
+                    "delayed_scaling_update_: got CUDA buffers");
   EXPECT_EQ(q, 0);
 }
 

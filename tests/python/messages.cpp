@@ -11,8 +11,8 @@
 
 #include "message_of.h"
 #include "mixprec/mixprec.h"
-#include "torch/without_backtrace.h"
 #include "torch/warning_capture.h"
+#include "torch/without_backtrace.h"
 
 namespace {
 

@@ -22,4 +22,3 @@ auto* find_state(Optimizer& optimizer, const torch::Tensor& param) {
   const auto it = optimizer.state().find(mixprec::optim::detail::state_key(param));
   return it == optimizer.state().end() ? static_cast<State*>(nullptr) : it->second.get();
 }
-

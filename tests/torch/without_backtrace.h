@@ -17,4 +17,3 @@ struct WithoutBacktrace {
     return e.what();
   }
 };
-
