@@ -245,7 +245,7 @@ class GradScaler {
   at::Tensor growth_tracker_;  // 0-dim int32, created with scale_
   std::vector<PerOptimizerState> per_optimizer_states_;  // in first-seen order
   // The TensorImpls of the gradients divided since the last update(): by unscale_()/step() and
-  // by unscale_grads_() (Note [Gradient lists and optimizers] in src/torch/grad_scaler.cpp).
+  // by unscale_grads_() (Note [Gradient lists and optimizers] in src/torch/scaler/grad_scaler.cpp).
   std::vector<const void*> unscaled_grads_;
   std::vector<const void*> listed_grads_;
 

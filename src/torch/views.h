@@ -51,7 +51,7 @@ void update_scale_state_(at::Tensor& scale, at::Tensor& growth_tracker, const at
 /// CUDA device, where the copy is ordered on the stream with the kernels that read it: a
 /// non-blocking copy from CUDA to the CPU lands later, so the CPU kernels would read a stale
 /// value, or their result be overwritten by the late copy (Note [Copies between devices wait
-/// when they land on the CPU] in src/torch/functional.cpp).
+/// when they land on the CPU] in src/torch/ops/functional.cpp).
 inline at::Tensor to_device(const at::Tensor& t, const c10::Device& device, bool copy = false) {
   return t.to(device, /*non_blocking=*/device.is_cuda(), copy);
 }

@@ -330,7 +330,7 @@ TEST(GpuGradScaler, CapturedIterationReplaysLikeEagerIterations) {
 // ---------------------------------------------------------------------------------------------
 // (e) grads on two kinds of device (an embedding kept on the CPU): the copies of found_inf and
 // inv_scale that land on the CPU must wait (Note [Copies between devices wait when they land on
-// the CPU] in src/torch/functional.cpp); with non-blocking ones the CPU kernel could read a stale
+// the CPU] in src/torch/ops/functional.cpp); with non-blocking ones the CPU kernel could read a stale
 // inv_scale and its found_inf = 1 be overwritten by the late copy of 0, and the step apply inf.
 
 TEST(GpuGradScaler, GradsOnTheCpuAndOnCudaAgreeOnEveryOverflow) {

@@ -100,7 +100,7 @@ run(${CMAKE_COMMAND} --build ${consumer})
 # 2. LibTorch's headers were compiled from the copy's include folder, none from /usr/include.
 find_program(NINJA ninja)
 if(GENERATOR STREQUAL "Ninja" AND NINJA)
-  foreach(dir_obj "${build};CMakeFiles/mixprec.dir/src/torch/grad_scaler.cpp.o"
+  foreach(dir_obj "${build};CMakeFiles/mixprec.dir/src/torch/scaler/grad_scaler.cpp.o"
                   "${consumer};CMakeFiles/consumer_torch.dir/consumer_torch.cpp.o")
     list(GET dir_obj 0 dir)
     list(GET dir_obj 1 obj)

@@ -68,7 +68,7 @@ struct AdamTensors {
 /// One fused SGD step (LibTorch 1.13's torch::optim::SGD math) over `count` parameters.
 ///
 /// - `found_inf` (may be null): when it points to a non-zero value (any value, not only 1; see
-///   Note [found_inf is 0 or 1] in src/torch/grad_scaler.cpp) nothing is written at all, step
+///   Note [found_inf is 0 or 1] in src/torch/scaler/grad_scaler.cpp) nothing is written at all, step
 ///   counts included.
 /// - `grad_scale` (may be null): each gradient element is multiplied by
 ///   `float(1.0 / double(*grad_scale))`, the inverse GradScaler::unscale_() uses, and the result

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "mixprec/core/fp8.h"
-#include "torch/fp8_state.h"
+#include "torch/fp8/fp8_state.h"
 #include "torch/views.h"
 
 namespace mixprec::fp8 {

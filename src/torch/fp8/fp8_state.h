@@ -1,4 +1,4 @@
-// Internal to mixprec's FP8 LibTorch part (src/torch/fp8.cpp, fp8_linear.cpp): the recipe's shared
+// Internal to mixprec's FP8 LibTorch part (src/torch/fp8/fp8.cpp, fp8_linear.cpp): the recipe's shared
 // state (which delayed-scaling tensors were cast since the last update) and small helpers both
 // files use. Not installed.
 #pragma once

@@ -1,6 +1,6 @@
-// The opcode walk behind detail::plain_dicts (src/torch/python_pickle.h): copies a pickle,
+// The opcode walk behind detail::plain_dicts (src/torch/checkpoint/python_pickle.h): copies a pickle,
 // turning Python's OrderedDicts into plain dicts for LibTorch's unpickler.
-#include "torch/python_pickle.h"
+#include "torch/checkpoint/python_pickle.h"
 
 #include <c10/util/Exception.h>
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "mixprec/fp8.h"
-#include "torch/fp8_state.h"
+#include "torch/fp8/fp8_state.h"
 
 #if defined(MIXPREC_TORCH_CUDA) && MIXPREC_TORCH_AT_LEAST(2, 5)
 // LibTorch 2.5 has at::_scaled_mm returning one tensor (pytorch/pytorch#128683 dropped its amax

@@ -1,36 +1,21 @@
-// mixprec's checkpoints (include/mixprec/checkpoint.h): Python's state_dict layouts for modules
-// and the SGD/Adam/AdamW optimizers, one file for model + optimizer + scaler, and a
-// torch::pickle_load that reads Python's OrderedDicts.
-#include "mixprec/checkpoint.h"
-
+// Python's state_dict layouts of the SGD, Adam and AdamW optimizers (include/mixprec/checkpoint.h):
+// writing them as torch.optim's state_dict() does and loading them as its load_state_dict() does.
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/nn/module.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
-#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <functional>
 #include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "mixprec/grad_scaler.h"
-#include "mixprec/serialize.h"
+#include "mixprec/checkpoint.h"
 #include "mixprec/torch_version.h"
+#include "torch/checkpoint/dicts.h"
 #include "torch/optim/adapter.h"
-#include "torch/python_pickle.h"
 
 namespace mixprec {
 namespace {
@@ -38,87 +23,14 @@ namespace {
 using c10::IValue;
 using c10::impl::GenericDict;
 using c10::impl::GenericList;
+using detail::find;
+using detail::new_dict;
 using torch::optim::AdamOptions;
 using torch::optim::AdamParamState;
 using torch::optim::AdamWOptions;
 using torch::optim::AdamWParamState;
 using torch::optim::SGDOptions;
 using torch::optim::SGDParamState;
-using Named = std::vector<std::pair<std::string, at::Tensor>>;
-using Commit = std::function<void()>;
-
-// Python's order: a module's parameters, its buffers, then each child's, depth first.
-void collect(const torch::nn::Module& module, const std::string& prefix, Named& out) {
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-    out.emplace_back(prefix + p.key(), p.value());
-  }
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
-    out.emplace_back(prefix + b.key(), b.value());
-  }
-  for (const auto& child : module.named_children()) {
-    collect(*child.value(), prefix + child.key() + ".", out);
-  }
-}
-
-std::string quoted_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "\"" : ", \"") + name + "\"";
-  return out;
-}
-
-const IValue* find(const GenericDict& dict, const std::string& key) {
-  const auto it = dict.find(IValue(key));
-  return it == dict.end() ? nullptr : &it->value();
-}
-
-// Checks `state_dict` against `model` and returns what copies it in (PyTorch's strict load).
-Commit plan_module_load(torch::nn::Module& model, const GenericDict& state_dict) {
-  Named live;
-  collect(model, "", live);
-  std::vector<std::string> missing, unexpected, errors;
-  std::set<std::string> names;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
-  for (const auto& [name, tensor] : live) {
-    names.insert(name);
-    const IValue* value = find(state_dict, name);
-    if (value == nullptr) {
-      missing.push_back(name);
-    } else if (!value->isTensor()) {
-      errors.push_back("\"" + name + "\" is a " + value->tagKind() + ", not a tensor.");
-    } else if (value->toTensor().sizes() != tensor.sizes()) {
-      std::ostringstream message;
-      message << "size mismatch for " << name << ": copying a param with shape "
-              << value->toTensor().sizes() << " from checkpoint, the shape in current model is "
-              << tensor.sizes() << ".";
-      errors.push_back(message.str());
-    } else {
-      copies.emplace_back(tensor, value->toTensor());
-    }
-  }
-  for (const auto& entry : state_dict) {
-    const std::string key = entry.key().isString() ? entry.key().toStringRef()
-                                                   : "<a " + entry.key().tagKind() + " key>";
-    if (names.count(key) == 0) unexpected.push_back(key);
-  }
-  // PyTorch's order: missing keys, unexpected keys, then the other errors.
-  if (!unexpected.empty()) {
-    errors.insert(errors.begin(), "Unexpected key(s) in state_dict: " + quoted_list(unexpected) + ".");
-  }
-  if (!missing.empty()) {
-    errors.insert(errors.begin(), "Missing key(s) in state_dict: " + quoted_list(missing) + ".");
-  }
-  if (!errors.empty()) {
-    std::string message = "Error(s) in loading state_dict for " + model.name() + ":";
-    for (const std::string& e : errors) message += "\n\t" + e;
-    TORCH_CHECK(false, message);
-  }
-  return [copies = std::move(copies)] {
-    c10::NoGradGuard no_grad;
-    for (const auto& [to, from] : copies) to.copy_(from);
-  };
-}
-
-// ---- optimizers ------------------------------------------------------------------------------
 
 enum class OptimKind { kSGD, kAdam, kAdamW };
 
@@ -151,10 +63,6 @@ std::int64_t step_of(const State& state) {
     return on_gpu->host_count();
   }
   return state.step();
-}
-
-GenericDict new_dict() {
-  return GenericDict(c10::StringType::get(), c10::AnyType::get());
 }
 
 // Python's Adam and AdamW param groups; `decoupled` is AdamW's (Python writes the key from
@@ -200,7 +108,8 @@ GenericDict adam_state(const State& s, bool amsgrad) {
   d.insert("step", at::scalar_tensor(static_cast<double>(step_of(s)), at::kFloat));
   d.insert("exp_avg", s.exp_avg().detach());
   d.insert("exp_avg_sq", s.exp_avg_sq().detach());
-  if (amsgrad && s.max_exp_avg_sq().defined()) d.insert("max_exp_avg_sq", s.max_exp_avg_sq().detach());
+  if (amsgrad && s.max_exp_avg_sq().defined())
+    d.insert("max_exp_avg_sq", s.max_exp_avg_sq().detach());
   return d;
 }
 
@@ -234,9 +143,9 @@ void read_adam_options(const GenericDict& g, Options& o) {
     std::vector<IValue> b;
     if (betas->isTuple()) b = betas->toTupleRef().elements().vec();
     if (betas->isList()) b = betas->toList().vec();
-    TORCH_CHECK(b.size() == 2 && (b[0].isDouble() || b[0].isInt()) &&
-                    (b[1].isDouble() || b[1].isInt()),
-                kLoadOptimizer, ": param group key \"betas\" must be a pair of numbers");
+    TORCH_CHECK(
+        b.size() == 2 && (b[0].isDouble() || b[0].isInt()) && (b[1].isDouble() || b[1].isInt()),
+        kLoadOptimizer, ": param group key \"betas\" must be a pair of numbers");
     o.betas({b[0].toScalar().toDouble(), b[1].toScalar().toDouble()});
   }
   o.eps(number(g, "eps", o.eps()));
@@ -312,7 +221,10 @@ std::unique_ptr<torch::optim::OptimizerParamState> read_adam_state(const Generic
   return state;
 }
 
-Commit plan_optimizer_load(torch::optim::Optimizer& optimizer, const GenericDict& state_dict) {
+}  // namespace
+
+detail::Commit detail::plan_optimizer_load(torch::optim::Optimizer& optimizer,
+                                           const GenericDict& state_dict) {
   const OptimKind kind = kind_of(optimizer, kLoadOptimizer);
   const IValue* groups_value = find(state_dict, "param_groups");
   const IValue* state_value = find(state_dict, "state");
@@ -400,80 +312,6 @@ Commit plan_optimizer_load(torch::optim::Optimizer& optimizer, const GenericDict
   };
 }
 
-// Removes what plain_dicts() filed under kDroppedStateKey (Note [Python's OrderedDicts in
-// LibTorch's unpickler]).
-void drop_attributes(const IValue& value) {
-  if (value.isGenericDict()) {
-    GenericDict dict = value.toGenericDict();
-    (void)dict.erase(IValue(detail::kDroppedStateKey));
-    for (const auto& entry : dict) drop_attributes(entry.value());
-  } else if (value.isList()) {
-    for (const IValue& item : value.toListRef()) drop_attributes(item);
-  } else if (value.isTuple()) {
-    for (const IValue& item : value.toTupleRef().elements()) drop_attributes(item);
-  }
-}
-
-// The caller's bytes as the archive reader's input, read in place (no copy of the archive).
-class BytesAdapter final : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BytesAdapter(const std::vector<char>& bytes) : bytes_(bytes) {}
-  std::size_t size() const override { return bytes_.size(); }
-  std::size_t read(std::uint64_t pos, void* buf, std::size_t n, const char*) const override {
-    if (pos >= bytes_.size()) return 0;
-    n = std::min<std::size_t>(n, bytes_.size() - pos);
-    std::memcpy(buf, bytes_.data() + pos, n);
-    return n;
-  }
-
- private:
-  const std::vector<char>& bytes_;
-};
-
-// What torch.save's archive holds, Python's OrderedDicts read as dicts; tensors on the CPU.
-IValue load_archive(caffe2::serialize::PyTorchStreamReader& reader) {
-  const auto record = reader.getRecord("data.pkl");
-  const std::string pickle =
-      detail::plain_dicts(std::string(static_cast<const char*>(std::get<0>(record).get()),
-                                      std::get<1>(record)));
-  std::size_t pos = 0;
-  torch::jit::Unpickler unpickler(
-      [&](char* out, std::size_t size) {
-        size = std::min(size, pickle.size() - pos);
-        std::memcpy(out, pickle.data() + pos, size);
-        pos += size;
-        return size;
-      },
-      /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
-      [&](const std::string& name) { return std::get<0>(reader.getRecord("data/" + name)); },
-      c10::Device(c10::kCPU));
-  unpickler.set_version(reader.version());
-  IValue value;
-  try {
-    value = unpickler.parse_ivalue();
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {  // e.g. std::out_of_range from a malformed stream
-    TORCH_CHECK(false, "mixprec: LibTorch's unpickler cannot read this pickle: ", e.what());
-  }
-  drop_attributes(value);
-  return value;
-}
-
-}  // namespace
-
-c10::impl::GenericDict module_state_dict(const torch::nn::Module& model) {
-  Named all;
-  collect(model, "", all);
-  GenericDict dict(c10::StringType::get(), c10::TensorType::get());
-  for (const auto& [name, tensor] : all) dict.insert(name, tensor.detach());
-  return dict;
-}
-
-void load_module_state_dict(torch::nn::Module& model, const c10::impl::GenericDict& state_dict) {
-  plan_module_load(model, state_dict)();
-}
-
 c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
   const OptimKind kind = kind_of(optimizer, "mixprec::optimizer_state_dict");
   GenericDict state(c10::IntType::get(), c10::AnyType::get());
@@ -481,15 +319,14 @@ c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optim
   std::int64_t index = 0;
   for (const auto& group : optimizer.param_groups()) {
     const auto& options = group.options();
-    GenericDict g =
-        kind == OptimKind::kSGD    ? sgd_group(static_cast<const SGDOptions&>(options))
-        : kind == OptimKind::kAdam
-            ? adam_group(static_cast<const AdamOptions&>(options), /*decoupled=*/false)
-            : adam_group(static_cast<const AdamWOptions&>(options), /*decoupled=*/true);
-    const bool amsgrad = kind == OptimKind::kAdam
-                             ? static_cast<const AdamOptions&>(options).amsgrad()
-                             : kind == OptimKind::kAdamW &&
-                                   static_cast<const AdamWOptions&>(options).amsgrad();
+    GenericDict g = kind == OptimKind::kSGD ? sgd_group(static_cast<const SGDOptions&>(options))
+                    : kind == OptimKind::kAdam
+                        ? adam_group(static_cast<const AdamOptions&>(options), /*decoupled=*/false)
+                        : adam_group(static_cast<const AdamWOptions&>(options), /*decoupled=*/true);
+    const bool amsgrad =
+        kind == OptimKind::kAdam
+            ? static_cast<const AdamOptions&>(options).amsgrad()
+            : kind == OptimKind::kAdamW && static_cast<const AdamWOptions&>(options).amsgrad();
     GenericList indices(c10::AnyType::get());  // a List[int] would pickle as build_intlist
     for (const at::Tensor& param : group.params()) {
       if (const auto* s = state_of(optimizer, param)) {
@@ -517,55 +354,7 @@ c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optim
 
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer,
                                const c10::impl::GenericDict& state_dict) {
-  plan_optimizer_load(optimizer, state_dict)();
-}
-
-c10::IValue pickle_load(const std::vector<char>& bytes) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesAdapter>(bytes));
-  return load_archive(reader);
-}
-
-void save_checkpoint(const std::string& path, const torch::nn::Module& model,
-                     const torch::optim::Optimizer& optimizer, const GradScaler& scaler) {
-  GenericDict checkpoint = new_dict();
-  checkpoint.insert("model", module_state_dict(model));
-  checkpoint.insert("optimizer", optimizer_state_dict(optimizer));
-  checkpoint.insert("scaler", scaler.state_dict());
-  const std::vector<char> bytes = pickle_save_untagged(checkpoint);
-  // Written beside the target and renamed over it: a crash mid-write leaves the old file whole.
-  const std::string partial = path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    TORCH_CHECK(out, "mixprec::save_checkpoint: cannot write ", partial);
-  }
-  TORCH_CHECK(std::rename(partial.c_str(), path.c_str()) == 0,
-              "mixprec::save_checkpoint: cannot rename ", partial, " to ", path);
-}
-
-void load_checkpoint(const std::string& path, torch::nn::Module& model,
-                     torch::optim::Optimizer& optimizer, GradScaler& scaler) {
-  constexpr const char* kWho = "mixprec::load_checkpoint";
-  TORCH_CHECK(std::ifstream(path, std::ios::binary).good(), kWho, ": cannot open ", path);
-  caffe2::serialize::PyTorchStreamReader reader(path);  // reads the records it needs, in place
-  const IValue loaded = load_archive(reader);
-  TORCH_CHECK(loaded.isGenericDict(), kWho, ": ", path, " holds a ", loaded.tagKind(),
-              ", not a dict");
-  const GenericDict checkpoint = loaded.toGenericDict();
-  auto entry = [&](const char* key) {
-    const IValue* value = find(checkpoint, key);
-    TORCH_CHECK(value != nullptr && value->isGenericDict(), kWho, ": ", path,
-                " has no dict under \"", key, "\" (expected \"model\", \"optimizer\" and "
-                "\"scaler\", as torch.save({\"model\": model.state_dict(), ...}) writes)");
-    return value->toGenericDict();
-  };
-  // Everything is checked before anything changes; the scaler's own load checks first too.
-  const Commit load_model = plan_module_load(model, entry("model"));
-  const Commit load_optimizer = plan_optimizer_load(optimizer, entry("optimizer"));
-  scaler.load_state_dict(entry("scaler"));
-  load_model();
-  load_optimizer();
+  detail::plan_optimizer_load(optimizer, state_dict)();
 }
 
 }  // namespace mixprec
