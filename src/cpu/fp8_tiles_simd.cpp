@@ -70,7 +70,10 @@ HWY_INLINE std::uint32_t codes_and_amax(const Src& src, std::int64_t c, std::int
 // Tried and dropped (one run each): pipelining groups of bands of about 64 KiB to 1 MiB (no
 // change), prefetching the codes' reads too (slower), streaming stores (no steady gain), and
 // re-reading a band's columns in L2-sized groups (128 x 128 slower). Visiting a 128 x 128 tile
-// alone reads 128 short rows 16 KiB apart: 0.39x the loop.
+// alone reads 128 short rows 16 KiB apart: 0.39x the loop. On another VM (docs/performance.md,
+// 2026-12-06): casting each 1 x 128 tile alone, amax then codes from L1, ran at 0.82-0.85x the
+// loop against 0.92-1.01x pipelined; an amax vector a tile, reduced once a band, and prefetching
+// the codes' reads showed no gain.
 template <Fp8Format kFormat, class Src>
 void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::int64_t th,
                     std::int64_t tc, std::uint8_t* q, float* scale_inv,
