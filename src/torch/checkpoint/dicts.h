@@ -12,7 +12,7 @@
 
 namespace mixprec::detail {
 
-/// What a checked load runs to change the model or optimizer; it does not throw.
+/// What a load runs to change the model or optimizer, once every check has passed.
 using Commit = std::function<void()>;
 
 /// The value under `key` in one of Python's string-keyed dicts, or null.
