@@ -17,8 +17,9 @@ endfunction()
 
 # mixprec_torch_pch(<target>): the target's C++ files start from one precompiled <torch/torch.h>,
 # made once per build (target mixprec_torch_pch) and shared by every program that includes it.
-# LibTorch's headers take 10-15 s to parse per file on 2 cores, the precompiled copy about 4; the
-# programs include <torch/torch.h> themselves, so it changes no source's meaning. GCC takes it
+# tests/torch/autocast_test.cpp alone (GCC 12, LibTorch 1.13, -O3) compiles in 10.2-10.6 s
+# without it and 5.0 s with it; the programs include <torch/torch.h> themselves, so it changes no
+# source's meaning. GCC takes it
 # only where the macros and flags agree: programs that link mixprec::mixprec and
 # mixprec_set_warnings, without OpenMP flags of their own, not shared libraries (-fPIC). Where
 # they do not, -Winvalid-pch says "not used because ..." and the file is parsed as before.
