@@ -172,9 +172,24 @@ void BM_mixprec_quantize_mxfp8_e4m3(benchmark::State& state) {
   finish(state, 5);
 }
 
+// input() with every other 128-row band times 4: each 128 x 128 tile's scale differs from the
+// scale of the tile above it (Note [Tile guesses] in src/cpu/fp8_tiles_simd.cpp).
+float* unlike_input() {
+  static float* p = [] {
+    float* x = make_buffer<float>(kMax);
+    const float* in = input();
+#pragma omp parallel for num_threads(threads()) schedule(static)
+    for (std::int64_t i = 0; i < kMax; ++i)
+      x[i] = in[i] * (i / (4096 * 128) % 2 == 1 ? 4.0f : 1.0f);
+    return x;
+  }();
+  return p;
+}
+
 // Tile scaling (rows of 4096): torchao's rowwise (a scale per row), TE's 1x128 and 128x128 tiles.
-void quantize_tiles(benchmark::State& state, std::int64_t tile_rows, std::int64_t tile_cols) {
-  const core::TensorView x = x_view(state.range(0));
+void quantize_tiles(benchmark::State& state, std::int64_t tile_rows, std::int64_t tile_cols,
+                    float* data = input()) {
+  const core::TensorView x{data, state.range(0), core::DType::kFloat32};
   static float* scale_inv = make_buffer<float>(kMax);
   core::CurrentScaling rule;
   rule.power_of_2_scales = true;
@@ -188,6 +203,9 @@ void quantize_tiles(benchmark::State& state, std::int64_t tile_rows, std::int64_
 void BM_mixprec_quantize_rowwise_e4m3(benchmark::State& state) { quantize_tiles(state, 1, 4096); }
 void BM_mixprec_quantize_1x128_e4m3(benchmark::State& state) { quantize_tiles(state, 1, 128); }
 void BM_mixprec_quantize_128x128_e4m3(benchmark::State& state) { quantize_tiles(state, 128, 128); }
+void BM_mixprec_quantize_128x128_unlike_e4m3(benchmark::State& state) {
+  quantize_tiles(state, 128, 128, unlike_input());
+}
 
 void BM_mixprec_dequantize_e4m3(benchmark::State& state) {
   const core::TensorView out{output(), state.range(0), core::DType::kFloat32};
@@ -248,6 +266,7 @@ MIXPREC_BENCH(BM_mixprec_quantize_mxfp8_e4m3);
 MIXPREC_BENCH(BM_mixprec_quantize_rowwise_e4m3);
 MIXPREC_BENCH(BM_mixprec_quantize_1x128_e4m3);
 MIXPREC_BENCH(BM_mixprec_quantize_128x128_e4m3);
+MIXPREC_BENCH(BM_mixprec_quantize_128x128_unlike_e4m3);
 MIXPREC_BENCH(BM_loop_1to4);
 MIXPREC_BENCH(BM_mixprec_dequantize_e4m3);
 #ifdef MIXPREC_BENCH_TORCH_FP8

@@ -40,6 +40,7 @@ float te_scale(float amax, float fp8_max, bool pow2, float eps) {
 
 struct Shape {
   std::int64_t rows, cols, tile_rows, tile_cols;
+  bool alike = false;  // tiles share their column's amax, but for a few (see tile_values)
 };
 
 // The tiles of the recipes, on shapes with ragged edges.
@@ -50,6 +51,9 @@ const Shape kShapes[] = {
     {3, 1, 1, 1},          // one element a tile
     {1, 5000, 1, 5000},    // one long row
     {260, 70, 128, 128},   // narrower than a tile
+    // Scales alike down the columns, so that bands are cast with the scales of the band above
+    // (Note [Tile guesses]), until a tile holding NaN, inf, zeros, subnormals or larger values.
+    {98, 20, 4, 8, true},
 };
 
 // x: spread magnitudes per tile, a zero tile, a tiny tile (its scale overflows), specials.
@@ -61,6 +65,34 @@ std::vector<double> tile_values(const Shape& s, unsigned seed) {
   for (std::int64_t r = 0; r < s.rows; ++r) {
     for (std::int64_t c = 0; c < s.cols; ++c) {
       const std::int64_t tile = r / s.tile_rows * per_row + c / s.tile_cols;
+      if (s.alike) {
+        // |x| < 1.5 * 2^m but for the first element of each tile, 1.9 * 2^m (m by column), so that
+        // the scales repeat; each 11th tile a NaN, -inf, zeros, subnormals or 16 times larger.
+        const double m = std::exp2(static_cast<double>(c / s.tile_cols * 5 % 9) - 4.0);
+        double x = r % s.tile_rows == 0 && c % s.tile_cols == 0
+                       ? -1.9 * m
+                       : std::max(-1.5, std::min(1.5, normal(rng))) * m;
+        if (tile % 11 == 10) {
+          switch (tile / 11 % 5) {
+            case 0:
+              x = c % 3 == 1 ? std::nan("") : x;
+              break;
+            case 1:
+              x = c % 3 == 1 ? -std::numeric_limits<double>::infinity() : x;
+              break;
+            case 2:
+              x = 0.0;
+              break;
+            case 3:
+              x = x * 1e-40;
+              break;
+            default:
+              x = x * 16.0;
+          }
+        }
+        v[static_cast<std::size_t>(r * s.cols + c)] = x;
+        continue;
+      }
       const double scale = std::exp2(static_cast<double>(tile * 7 % 61) - 30.0);
       v[static_cast<std::size_t>(r * s.cols + c)] = tile % 5 == 3    ? 0.0
                                                     : tile % 11 == 4 ? 1e-40
