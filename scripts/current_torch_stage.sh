@@ -56,7 +56,7 @@ export CMAKE_PREFIX_PATH=$TORCH_ROOT
 export CUDACXX=$NVCC
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-7.5;8.0;9.0}
 export MIXPREC_BUILD_DIR=${MIXPREC_CURRENT_TORCH_BUILD_DIR:-build-torch-current}
-# packaging.fetchcontent and packaging.highway_fetched build mixprec once more each (5 and 1.5
+# packaging.fetchcontent and packaging.highway_fetched build mixprec once more each (2.5 and 0.75
 # minutes here) to test CMake logic that does not depend on the LibTorch: the Debian 12 stage runs
 # them. packaging.find_package (the exported C++20) and packaging.add_subdirectory_after_torch
 # (which meets the wheel's own CUDA settings) run here.

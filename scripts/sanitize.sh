@@ -52,9 +52,13 @@ tsan() {
 
 fuzz() {
   echo "== libFuzzer: ${FUZZ_SECONDS}s per target"
+  # The fuzzers run the Highway target that dynamic dispatch picks on this machine, and only that
+  # one: compiling just it (-march=native, HWY_COMPILE_ONLY_STATIC) loses no coverage and cuts the
+  # build of the FP8 tile kernels under the sanitizers from ~10 minutes to seconds. Every target is
+  # still built and run under ASan (the asan part) and by the conformance tests.
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_BUILD_FUZZERS=ON \
     -DMIXPREC_BUILD_TESTS=OFF -DMIXPREC_BUILD_EXAMPLES=OFF -DMIXPREC_BUILD_BENCHMARKS=OFF "${LINK[@]}" \
-    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" >/dev/null
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -march=native -DHWY_COMPILE_ONLY_STATIC=1" >/dev/null
   local targets=(fuzz_unscale fuzz_update_rule fuzz_dequantize_mxfp8 fuzz_state_dict
                  fuzz_pickle_load fuzz_load_checkpoint fuzz_c_load_state_dict)
   cmake --build build-fuzz -j "$JOBS" --target "${targets[@]}"

@@ -85,7 +85,8 @@ set(build ${work}/mixprec-build)
 set(prefix ${work}/prefix)
 run(${CMAKE_COMMAND} -S ${MIXPREC_SOURCE_DIR} -B ${build} -G ${GENERATOR}
     -DCMAKE_PREFIX_PATH=${libtorch} -DMIXPREC_BUILD_TESTS=OFF -DMIXPREC_BUILD_EXAMPLES=OFF
-    -DMIXPREC_BUILD_BENCHMARKS=OFF -DMIXPREC_WITH_DISTRIBUTED=OFF -DMIXPREC_WITH_CUDA=OFF)
+    -DMIXPREC_BUILD_BENCHMARKS=OFF -DMIXPREC_WITH_DISTRIBUTED=OFF -DMIXPREC_WITH_CUDA=OFF
+    "-DCMAKE_CXX_FLAGS=${BUILD_CXX_FLAGS}")
 check_torch_dir(${build})
 run(${CMAKE_COMMAND} --build ${build})
 run(${CMAKE_COMMAND} --install ${build} --prefix ${prefix})
