@@ -79,7 +79,8 @@ int run(const mixprec_demo::Options& o) {
                  "defaults; "
               << (config.cuda ? "on CUDA"
                   : MIXPREC_TORCH_AT_LEAST(2, 14)
-                      ? "on the CPU: the per-tensor recipes' GEMMs are at::_scaled_mm, the "
+                      ? "on the CPU: the per-tensor recipes' GEMMs are at::_scaled_mm's (its "
+                        "fp32 path where oneDNN's would be a reference kernel, docs/fp8.md), the "
                         "block recipes' fp32 on dequantized values (an emulation)"
                       : "on the CPU an EMULATION: the FP8 rounding is real, the GEMMs are fp32 "
                         "on dequantized values")

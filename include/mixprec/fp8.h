@@ -221,9 +221,11 @@ struct LinearOptions {
 /// fp8::Autocast scope it is torch::nn::Linear. Inside, forward casts the input and the weight
 /// to FP8 and backward casts grad_output, each with its scale from the recipe; the GEMM is
 /// at::_scaled_mm where LibTorch has it for the device (the CPU from LibTorch 2.14; CUDA from 2.5,
-/// sm_89+, dimensions multiples of 16) and the output is fp32, fp16 or bf16, else the FP8 values
-/// are dequantized and multiplied in the input's dtype (an emulation: the FP8 rounding is real,
-/// the speed is not). MXFP8 is emulated everywhere. The delayed-scaling state is made of buffers,
+/// sm_89+, dimensions multiples of 16) and the output is fp32, fp16 or bf16 (on a CPU where
+/// _scaled_mm would run oneDNN's reference FP8 kernel, what _scaled_mm computes without oneDNN,
+/// bit for bit: docs/fp8.md), else the FP8 values are dequantized and multiplied in the input's
+/// dtype (an emulation: the FP8 rounding is real, the speed is not). MXFP8, rowwise and blockwise
+/// are emulated everywhere. The delayed-scaling state is made of buffers,
 /// so torch::save / torch::load keep it.
 class LinearImpl : public torch::nn::Cloneable<LinearImpl> {
  public:

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "mixprec/fp8.h"
+#include "torch/fp8/fp8_state.h"  // detail::cpu_scaled_mm_is_onednn_reference
 #include "torch/fp8_reference.h"
 #include "torch/test_util.h"
 
@@ -89,14 +91,30 @@ bool cpu_scaled_mm(at::ScalarType dtype) {
          (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16);
 }
 
+/// Turns LibTorch's use of oneDNN off for its scope (at::_scaled_mm then takes its own CPU path).
+class WithoutOneDnn {
+ public:
+  WithoutOneDnn() { at::globalContext().setUserEnabledMkldnn(false); }
+  ~WithoutOneDnn() { at::globalContext().setUserEnabledMkldnn(was_); }
+
+ private:
+  bool was_ = at::globalContext().userEnabledMkldnn();
+};
+
 /// op(a) @ op(b) of FP8 operands with their scale_invs: at::_scaled_mm called directly (mat1
 /// row-major, mat2 column-major) where fp8::Linear uses it, else dequantized and multiplied.
+/// Where _scaled_mm would run oneDNN's reference kernel, fp8::Linear computes what _scaled_mm
+/// computes without oneDNN: so does this, by _scaled_mm itself with oneDNN off.
 at::Tensor ref_mm(const at::Tensor& aq, float a_inv, bool ta, const at::Tensor& bq, float b_inv,
                   bool tb, at::ScalarType dtype) {
 #if MIXPREC_TORCH_AT_LEAST(2, 14)
   if (cpu_scaled_mm(dtype)) {
     const at::Tensor mat1 = ta ? aq.t().contiguous() : aq.contiguous();
     const at::Tensor mat2 = (tb ? bq.contiguous() : bq.t().contiguous()).t();
+    std::optional<WithoutOneDnn> without_onednn;
+    if (fp8::detail::cpu_scaled_mm_is_onednn_reference(aq.scalar_type(), bq.scalar_type())) {
+      without_onednn.emplace();
+    }
     return at::_scaled_mm(mat1, mat2, scalar(a_inv), scalar(b_inv), std::nullopt, std::nullopt,
                           dtype);
   }
@@ -291,6 +309,22 @@ TEST(Fp8LinearTest, EveryRecipeMatchesPyTorchOpsBitForBit) {
         EXPECT_EQ(got.gw.scalar_type(), at::kFloat);
       }
     }
+  }
+}
+
+TEST(Fp8LinearTest, OneDnnsReferenceKernelIsAvoidedOnlyWhereScaledMmWouldRunIt) {
+  // LibTorch 2.15's _scaled_mm gives oneDNN same-dtype operands on a CPU with AMX-INT8, mixed ones
+  // with AMX-FP16 (docs/fp8.md); fp8::Linear steps aside only in the first case, and never with
+  // oneDNN off. Whether this CPU is such a one, EveryRecipeMatchesPyTorchOpsBitForBit checks.
+  using fp8::detail::cpu_scaled_mm_is_onednn_reference;
+  EXPECT_FALSE(cpu_scaled_mm_is_onednn_reference(at::kFloat8_e5m2, at::kFloat8_e4m3fn));
+  EXPECT_FALSE(cpu_scaled_mm_is_onednn_reference(at::kFloat8_e4m3fn, at::kFloat8_e5m2));
+  {
+    WithoutOneDnn without_onednn;
+    EXPECT_FALSE(cpu_scaled_mm_is_onednn_reference(at::kFloat8_e4m3fn, at::kFloat8_e4m3fn));
+  }
+  if (!MIXPREC_TORCH_AT_LEAST(2, 14)) {
+    EXPECT_FALSE(cpu_scaled_mm_is_onednn_reference(at::kFloat8_e4m3fn, at::kFloat8_e4m3fn));
   }
 }
 

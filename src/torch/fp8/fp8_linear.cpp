@@ -4,6 +4,7 @@
 // for the device (CUDA from 2.5, the CPU from 2.14), else FP8 values dequantized and multiplied in
 // the input's dtype.
 #include <ATen/ATen.h>
+#include <ATen/Config.h>
 #include <torch/autograd.h>
 #include <torch/nn/init.h>
 
@@ -27,8 +28,36 @@
 #endif
 // LibTorch 2.14 has a CPU kernel for at::_scaled_mm (any sizes and layouts, E4M3 and E5M2).
 #define MIXPREC_FP8_SCALED_MM_CPU MIXPREC_TORCH_AT_LEAST(2, 14)
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#define MIXPREC_X86_CPUID 1
+#else
+#define MIXPREC_X86_CPUID 0
+#endif
 
 namespace mixprec::fp8 {
+namespace detail {
+
+bool cpu_scaled_mm_is_onednn_reference(at::ScalarType a, at::ScalarType b) {
+#if MIXPREC_FP8_SCALED_MM_CPU && AT_MKLDNN_ENABLED() && MIXPREC_X86_CPUID
+  // CPUID leaf 7: subleaf 0 EDX bit 25 is AMX-INT8, subleaf 1 EAX bit 21 AMX-FP16 (Intel SDM).
+  static const bool amx_int8_without_fp16 = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool int8 = (edx >> 25) & 1u;
+    const unsigned subleaves = eax;
+    bool fp16 = false;
+    if (subleaves >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) fp16 = (eax >> 21) & 1u;
+    return int8 && !fp16;
+  }();
+  return a == b && amx_int8_without_fp16 && at::globalContext().userEnabledMkldnn();
+#else
+  (void)a, (void)b;
+  return false;
+#endif
+}
+
+}  // namespace detail
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -108,6 +137,21 @@ bool scaled_mm_fits(const at::Tensor& a, const at::Tensor& b, std::int64_t m, st
 #endif
 }
 
+#if MIXPREC_FP8_SCALED_MM_CPU
+/// at::_scaled_mm(mat1, mat2, ...) on the CPU as LibTorch computes it without oneDNN: each
+/// operand made contiguous, converted to fp32 and multiplied by its scale, one fp32 matmul, the
+/// result converted to `out`. Bit for bit _scaled_mm with oneDNN disabled
+/// (tests/torch/fp8_linear_test.cpp), where oneDNN's is a reference kernel 100 to 8000 times slower
+/// (docs/fp8.md, "What runs where").
+at::Tensor cpu_scaled_mm_without_onednn(const at::Tensor& mat1, const at::Tensor& mat2,
+                                        const at::Tensor& scale_a, const at::Tensor& scale_b,
+                                        at::ScalarType out) {
+  const at::Tensor a = at::mul(mat1.contiguous().to(at::kFloat), scale_a.item<float>());
+  const at::Tensor b = at::mul(mat2.contiguous().to(at::kFloat), scale_b.item<float>());
+  return at::matmul(a, b).to(out);
+}
+#endif
+
 /// op(a) @ op(b), op a transpose when ta / tb, in `out` dtype. The fallback dequantizes each
 /// operand as stored and multiplies the (transposed) views: tests/torch/fp8_linear_test.cpp
 /// builds the same from PyTorch ops.
@@ -120,6 +164,12 @@ at::Tensor fp8_mm(const Cast& a, bool ta, const Cast& b, bool tb, at::ScalarType
     // kernel takes it too).
     const at::Tensor mat1 = ta ? a.q.t().contiguous() : a.q.contiguous();
     const at::Tensor mat2 = (tb ? b.q.contiguous() : b.q.t().contiguous()).t();
+#if MIXPREC_FP8_SCALED_MM_CPU
+    if (mat1.is_cpu() &&
+        detail::cpu_scaled_mm_is_onednn_reference(mat1.scalar_type(), mat2.scalar_type())) {
+      return cpu_scaled_mm_without_onednn(mat1, mat2, a.scale_inv, b.scale_inv, out);
+    }
+#endif
     return at::_scaled_mm(mat1, mat2, a.scale_inv, b.scale_inv, std::nullopt, std::nullopt, out);
 #endif
   }

@@ -46,6 +46,16 @@ at::Tensor quantize_current(const at::Tensor& x, at::ScalarType fp8_dtype,
                             const core::CurrentScaling& rule, const at::Tensor& scale,
                             const at::Tensor& scale_inv);
 
+/// Whether at::_scaled_mm on the CPU would run oneDNN's reference matmul (`ref:any`, ~25 million
+/// multiply-adds a second) for operands of dtypes `a` and `b`, and fp8::Linear computes instead
+/// what _scaled_mm computes without oneDNN (see fp8_linear.cpp's cpu_scaled_mm_without_onednn).
+/// LibTorch 2.15 gives oneDNN same-dtype operands on a CPU with AMX-INT8, mixed ones on a CPU with
+/// AMX-FP16 (aten/src/ATen/native/Blas.cpp, _scaled_mm_out_cpu, with oneDNN enabled); oneDNN 3.13
+/// runs the former with its reference kernel where the CPU has no AMX-FP16 (Sapphire and Emerald
+/// Rapids; ONEDNN_VERBOSE, uxlfoundation/oneDNN#3349). False before LibTorch 2.14 (no CPU
+/// _scaled_mm) and off x86.
+bool cpu_scaled_mm_is_onednn_reference(at::ScalarType a, at::ScalarType b);
+
 /// A delayed-scaling tensor cast since the last update: column `column` of a module's
 /// [L, 3] amax history, its [3] scale and scale_inv. The tensors are held, so a module freed
 /// before the update is updated harmlessly in buffers nobody reads.
