@@ -30,7 +30,7 @@ case $flavour in
     ROOT=${MIXPREC_DEBIAN13_ROOT:-/var/cache/mixprec/debian13-root}
     INSTALL_ARGS=""
     # TSan and the fuzzers test the core, the same code on both releases: Debian 12 runs them.
-    # The packaging tests that build mixprec again (1.5-3.5 minutes each here) test the CMake package
+    # The packaging tests that build mixprec again (0.5-3.5 minutes each here) test the CMake package
     # against the oldest LibTorch (Debian 12 stage) and the newest (current-PyTorch stage).
     INNER="MIXPREC_SANITIZERS=asan"
     INNER+=" MIXPREC_CTEST_EXCLUDE='^packaging\.(find_package|fetchcontent|add_subdirectory_after_torch)$'"

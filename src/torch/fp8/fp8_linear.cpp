@@ -138,16 +138,16 @@ bool scaled_mm_fits(const at::Tensor& a, const at::Tensor& b, std::int64_t m, st
 }
 
 #if MIXPREC_FP8_SCALED_MM_CPU
-/// at::_scaled_mm(mat1, mat2, ...) on the CPU as LibTorch computes it without oneDNN: each
-/// operand made contiguous, converted to fp32 and multiplied by its scale, one fp32 matmul, the
-/// result converted to `out`. Bit for bit _scaled_mm with oneDNN disabled
+/// at::_scaled_mm(mat1, mat2, ...) on the CPU as LibTorch computes it without oneDNN, from
+/// contiguous [M, K] and [K, N] operands (_scaled_mm makes them so): each converted to fp32 and
+/// multiplied by its scale, one fp32 matmul, the result converted to `out`. Bit for bit _scaled_mm with oneDNN disabled
 /// (tests/torch/fp8_linear_test.cpp), where oneDNN's is a reference kernel, 160 to 2500 times
 /// slower on a 2-vCPU Xeon (docs/fp8.md, "What runs where").
 at::Tensor cpu_scaled_mm_without_onednn(const at::Tensor& mat1, const at::Tensor& mat2,
                                         const at::Tensor& scale_a, const at::Tensor& scale_b,
                                         at::ScalarType out) {
-  const at::Tensor a = at::mul(mat1.contiguous().to(at::kFloat), scale_a.item<float>());
-  const at::Tensor b = at::mul(mat2.contiguous().to(at::kFloat), scale_b.item<float>());
+  const at::Tensor a = at::mul(mat1.to(at::kFloat), scale_a.item<float>());
+  const at::Tensor b = at::mul(mat2.to(at::kFloat), scale_b.item<float>());
   return at::matmul(a, b).to(out);
 }
 #endif
@@ -163,13 +163,14 @@ at::Tensor fp8_mm(const Cast& a, bool ta, const Cast& b, bool tb, at::ScalarType
     // _scaled_mm wants mat1 row-major and mat2 column-major (cuBLASLt's FP8 "TN" layout; the CPU
     // kernel takes it too).
     const at::Tensor mat1 = ta ? a.q.t().contiguous() : a.q.contiguous();
-    const at::Tensor mat2 = (tb ? b.q.contiguous() : b.q.t().contiguous()).t();
 #if MIXPREC_FP8_SCALED_MM_CPU
     if (mat1.is_cpu() &&
-        detail::cpu_scaled_mm_is_onednn_reference(mat1.scalar_type(), mat2.scalar_type())) {
+        detail::cpu_scaled_mm_is_onednn_reference(a.q.scalar_type(), b.q.scalar_type())) {
+      const at::Tensor mat2 = (tb ? b.q.t() : b.q).contiguous();  // row-major [K, N]
       return cpu_scaled_mm_without_onednn(mat1, mat2, a.scale_inv, b.scale_inv, out);
     }
 #endif
+    const at::Tensor mat2 = (tb ? b.q.contiguous() : b.q.t().contiguous()).t();
     return at::_scaled_mm(mat1, mat2, a.scale_inv, b.scale_inv, std::nullopt, std::nullopt, out);
 #endif
   }
