@@ -3,10 +3,12 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/fp8_tiles_simd.cpp"
 #include <hwy/foreach_target.h>  // must come before highway.h
+#include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "cpu/fp8_loops-inl.h"
@@ -18,10 +20,12 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Codes of the elements [c, c + n) by to_fp8_scaled() (0 < scale < inf, no NaN among them), and
-// in the same loop the amax bits of [a, a + n): see Note [Tile casts].
+// in the same loop the amax bits of [a, a + n) into the vector at amax (their lanewise maximum,
+// with the vector there if `accumulate`): see Note [Tile casts].
 template <Fp8Format kFormat, class Src>
-HWY_INLINE std::uint32_t codes_and_amax(const Src& src, std::int64_t c, std::int64_t a,
-                                        std::int64_t n, std::uint8_t* HWY_RESTRICT q, float scale) {
+HWY_INLINE void codes_and_amax(const Src& src, std::int64_t c, std::int64_t a, std::int64_t n,
+                               std::uint8_t* HWY_RESTRICT q, float scale,
+                               std::int32_t* HWY_RESTRICT amax, bool accumulate) {
   using DF = typename Src::DF;
   const DF df;
   const hn::RebindToUnsigned<DF> du;
@@ -29,7 +33,7 @@ HWY_INLINE std::uint32_t codes_and_amax(const Src& src, std::int64_t c, std::int
   const hn::Rebind<std::uint8_t, DF> d8;
   const auto abs_mask = hn::Set(du, 0x7fffffffu);
   const auto vscale = hn::Set(df, scale);
-  auto running = hn::Zero(di);
+  auto running = accumulate ? hn::Load(di, amax) : hn::Zero(di);
   const auto lanes = static_cast<std::int64_t>(hn::Lanes(df));
   const auto step = [&](std::int64_t i) MIXPREC_VECTOR_LAMBDA {
     const auto y = hn::BitCast(du, src.Load(df, a + i));
@@ -47,12 +51,54 @@ HWY_INLINE std::uint32_t codes_and_amax(const Src& src, std::int64_t c, std::int
   for (; i + lanes <= n; i += lanes) {
     hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, step(i))), d8, q + c + i);
   }
-  auto bits = static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di, running)));
-  for (; i < n; ++i) {
-    bits = std::max(bits, float_to_bits(src.At(a + i)) & 0x7fffffffu);
-    q[c + i] = float_to_fp8_bits(src.At(c + i) * scale, kFormat);
+  if (i < n) {
+    std::uint32_t bits = 0;
+    for (; i < n; ++i) {
+      bits = std::max(bits, float_to_bits(src.At(a + i)) & 0x7fffffffu);
+      q[c + i] = float_to_fp8_bits(src.At(c + i) * scale, kFormat);
+    }
+    running = hn::Max(running, hn::Set(di, static_cast<std::int32_t>(bits)));
   }
-  return bits;
+  hn::Store(running, di, amax);
+}
+
+// bits[k] = the largest of the lanes at amax + k * Lanes(di), for k < count; overwrites amax. The
+// vectors of each group of Lanes(di) tiles are reduced together: each step folds the lane pairs
+// of two vectors into one, halving their number, until one vector holds the group's maxima in
+// order (a fraction of one MaxOfLanes a tile).
+template <class DI>
+HWY_INLINE void reduce_tiles(DI di, std::int32_t* HWY_RESTRICT amax, std::size_t count,
+                             std::uint32_t* HWY_RESTRICT bits) {
+  const std::size_t lanes = hn::Lanes(di);
+  for (std::size_t g = 0; g < count; g += lanes) {
+    std::int32_t* HWY_RESTRICT v = amax + g * lanes;
+    const std::size_t live = std::min(lanes, count - g);  // the group's tiles
+#if HWY_TARGET != HWY_SCALAR
+    for (std::size_t n = lanes, m = live; n > 1; n /= 2, m = (m + 1) / 2) {
+      // Vectors m .. n - 1 would hold tiles past count: taken as 0, not read.
+      for (std::size_t i = 0; 2 * i < m; ++i) {
+        const auto lo = hn::Load(di, v + 2 * i * lanes);
+        const auto hi = 2 * i + 1 < m ? hn::Load(di, v + (2 * i + 1) * lanes) : hn::Zero(di);
+        hn::Store(hn::Max(hn::ConcatOdd(di, hi, lo), hn::ConcatEven(di, hi, lo)), di,
+                  v + i * lanes);
+      }
+    }
+#endif
+    for (std::size_t k = 0; k < live; ++k) bits[g + k] = static_cast<std::uint32_t>(v[k]);
+  }
+}
+
+// The scales of `count` tiles of these amax bits and their inverses. Out of line, the compiler
+// vectorizes the loop (current_scale's branches become selects); inlined, it did not.
+HWY_NOINLINE void tile_scales(const std::uint32_t* HWY_RESTRICT bits, std::size_t count,
+                              float fp8_max, const CurrentScaling& rule,
+                              float* HWY_RESTRICT scale, float* HWY_RESTRICT scale_inv) {
+  const CurrentScaling r = rule;  // not aliased by the stores
+  for (std::size_t k = 0; k < count; ++k) {
+    const float s = current_scale(amax_of_bits(bits[k]), fp8_max, r);
+    scale[k] = s;
+    scale_inv[k] = 1.0f / s;
+  }
 }
 
 // Note [Tile casts]
@@ -74,6 +120,17 @@ HWY_INLINE std::uint32_t codes_and_amax(const Src& src, std::int64_t c, std::int
 // 2026-12-06): casting each 1 x 128 tile alone, amax then codes from L1, ran at 0.82-0.85x the
 // loop against 0.92-1.01x pipelined; an amax vector a tile, reduced once a band, and prefetching
 // the codes' reads showed no gain.
+// Per-tile work (2026-12-07, the 300 MiB-L3 VM): a 1 x 128 tile's MaxOfLanes, its two scalar
+// divisions and the branches around them cost about as much as its conversions. Now each tile
+// keeps a vector of amax bits, reduced for a whole band by reduce_tiles(), and tile_scales()
+// computes a band's scales in vectors. One thread, bench/fp8_benchmark with an extra 256K-element
+// size, medians (minima) of 6 alternating runs, ms:
+//                          1 x 128 256K    1 x 128 1M     rowwise 1M     128 x 128 1M
+//   before                 0.073 (0.067)   0.315 (0.276)  0.253 (0.217)  0.415 (0.374)
+//   vectors, tile_scales   0.059 (0.057)   0.246 (0.230)  0.223 (0.210)  0.389 (0.366)
+// Two threads at 16M, the same runs' pairs varied more than this change (1x128 medians of 6-8
+// alternating pairs: 2.67-2.99 ms against 2.89-3.52 before, the 4:1 loop 1.87-2.02 ms). One
+// loop over a whole row, the tiles' scales read from a table, gained nothing more (dropped).
 // Note [Tile guesses]
 // The second read of a 128-row band comes from L3 or memory, not from L1 or L2 (Note [Tile casts]),
 // and costs as much as the first. Where magnitudes change slowly down the columns, a tile's
@@ -97,11 +154,16 @@ void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::i
   const bool may_guess = th > 1 && rule.power_of_2_scales;  // rows of 1 tile read again from L1
   const std::int64_t per_row = (cols + tc - 1) / tc;
   const auto tiles = static_cast<std::size_t>(per_row);
-  std::vector<std::uint32_t> bits(tiles), next(tiles);  // amax bits of this band, of the next
+  using DI = hn::RebindToSigned<typename Src::DF>;
+  const DI di;
+  const std::size_t lanes = hn::Lanes(di);
+  std::vector<std::uint32_t> bits(tiles);  // amax bits of this band
+  // A vector of amax bits per tile of the next band, reduced at the band's start.
+  auto next = hwy::AllocateAligned<std::int32_t>(tiles * lanes);
+  if (next == nullptr) throw std::bad_alloc();
   std::vector<float> scale(tiles);
   std::vector<float> above(tiles, 0.0f);  // the scales of the band above (0: none to guess with)
   std::vector<char> fast(tiles);          // the tile takes to_fp8_scaled()
-  const auto is_fast = [](float s) { return s > 0.0f && s < bits_to_float(0x7f800000u); };
   // Calls f(k, begin, end) for row r's piece of each tile k of its row of tiles. Inlined, with
   // f: as a function of its own, f set the conversion's constants up again for each 128-element
   // piece (1x128 at 16M took 1.75-1.9x rowwise's time, 1.4-1.5x inlined; two pairs of runs).
@@ -115,44 +177,51 @@ void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::i
   for (std::int64_t band = first_band; band < last_band; ++band) {
     const std::int64_t r0 = band * th, r1 = std::min(rows, r0 + th);
     if (have_next) {
-      bits.swap(next);
+      reduce_tiles(di, next.get(), tiles, bits.data());
     } else {
       std::fill(bits.begin(), bits.end(), 0u);
       for (std::int64_t r = r0; r < r1; ++r) {
         each_piece(r, [&](std::size_t k, std::int64_t begin, std::int64_t end) HWY_ATTR {
           bits[k] = std::max(
               bits[k],
-              guess && is_fast(above[k])
+              guess && above[k] > 0.0f
                   ? quantize_range<Pass::kCodesNoNaN, kFormat>(src, begin, end, q, above[k])
                   : quantize_range<Pass::kAmax, kFormat>(src, begin, end, q, 1.0f));
         });
       }
     }
-    std::size_t alike = 0;  // tiles whose scale is the one above them
-    for (std::int64_t j = 0; j < per_row; ++j) {
-      const auto k = static_cast<std::size_t>(j);
-      const bool nan = bits[k] > 0x7f800000u;
-      // Calls f(begin, end) for each row's piece of tile j.
-      const auto each_row = [&](const auto& f) {
-        for (std::int64_t r = r0; r < r1; ++r) {
-          f(r * cols + j * tc, r * cols + std::min(cols, j * tc + tc));
-        }
-      };
-      if (nan && skip_nan) {  // a tile holding NaN, its NaNs skipped (TE): read again
-        bits[k] = 0;
-        each_row([&](std::int64_t begin, std::int64_t end) HWY_ATTR {
-          bits[k] = std::max(
-              bits[k], quantize_range<Pass::kAmaxSkipNaN, kFormat>(src, begin, end, q, 1.0f));
-        });
+    // Calls f(begin, end) for each row's piece of tile j.
+    const auto each_row = [&](std::int64_t j, const auto& f) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        f(r * cols + j * tc, r * cols + std::min(cols, j * tc + tc));
       }
-      scale[k] = current_scale(amax_of_bits(bits[k]), fp8_max(kFormat), rule);
-      scale_inv[band * per_row + j] = 1.0f / scale[k];
-      fast[k] = !nan && is_fast(scale[k]);
+    };
+    // A tile takes to_fp8_scaled() unless it holds a NaN: current_scale() is > 0 and finite.
+    bool all_fast = true;
+    for (std::size_t k = 0; k < tiles; ++k) {
+      fast[k] = bits[k] <= 0x7f800000u;
+      all_fast = all_fast && fast[k];
+    }
+    for (std::int64_t j = 0; j < per_row && !all_fast && skip_nan; ++j) {
+      const auto k = static_cast<std::size_t>(j);
+      if (fast[k]) continue;
+      bits[k] = 0;  // a tile holding NaN, its NaNs skipped (TE): read again
+      each_row(j, [&](std::int64_t begin, std::int64_t end) HWY_ATTR {
+        bits[k] = std::max(bits[k],
+                           quantize_range<Pass::kAmaxSkipNaN, kFormat>(src, begin, end, q, 1.0f));
+      });
+    }
+    // A loop the compiler vectorizes (current_scale's branches become selects).
+    tile_scales(bits.data(), tiles, fp8_max(kFormat), rule, scale.data(),
+                scale_inv + band * per_row);
+    std::size_t alike = 0;  // tiles whose scale is the one above them
+    for (std::int64_t j = 0; j < per_row && may_guess; ++j) {
+      const auto k = static_cast<std::size_t>(j);
       const bool same = fast[k] && scale[k] == above[k];
       alike += same ? 1 : 0;
       if (guess && !same) {  // its codes were written with another scale, or not at all
-        each_row([&](std::int64_t begin, std::int64_t end)
-                     HWY_ATTR { quantize_codes<kFormat>(src, begin, end, q, scale[k]); });
+        each_row(j, [&](std::int64_t begin, std::int64_t end)
+                        HWY_ATTR { quantize_codes<kFormat>(src, begin, end, q, scale[k]); });
       }
       above[k] = fast[k] ? scale[k] : 0.0f;
     }
@@ -163,19 +232,22 @@ void quantize_tiles(const Src& src, std::int64_t rows, std::int64_t cols, std::i
     // The codes of this band, and the amax of the next read in the same loop (Note [Tile casts])
     // unless the next band guesses.
     const bool more = !guess && band + 1 < last_band;
-    if (more) std::fill(next.begin(), next.end(), 0u);
     for (std::int64_t r = r0; r < r1; ++r) {
       const bool partner = more && r + th < rows;  // row r's row in the next band
+      const bool accumulate = r > r0;  // the band's first row (which has a partner) sets them
       each_piece(r, [&](std::size_t k, std::int64_t begin, std::int64_t end) MIXPREC_VECTOR_LAMBDA {
+        std::int32_t* amax = next.get() + k * lanes;
         if (partner && fast[k]) {
-          next[k] = std::max(next[k], codes_and_amax<kFormat>(src, begin, begin + th * cols,
-                                                              end - begin, q, scale[k]));
+          codes_and_amax<kFormat>(src, begin, begin + th * cols, end - begin, q, scale[k], amax,
+                                  accumulate);
           return;
         }
         quantize_codes<kFormat>(src, begin, end, q, scale[k]);
         if (partner) {
-          next[k] = std::max(next[k], quantize_range<Pass::kAmax, kFormat>(
-                                          src, begin + th * cols, end + th * cols, q, 1.0f));
+          const auto bits_next = quantize_range<Pass::kAmax, kFormat>(src, begin + th * cols,
+                                                                      end + th * cols, q, 1.0f);
+          const auto v = hn::Set(di, static_cast<std::int32_t>(bits_next));
+          hn::Store(accumulate ? hn::Max(hn::Load(di, amax), v) : v, di, amax);
         }
       });
     }

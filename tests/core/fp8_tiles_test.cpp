@@ -51,6 +51,11 @@ const Shape kShapes[] = {
     {3, 1, 1, 1},          // one element a tile
     {1, 5000, 1, 5000},    // one long row
     {260, 70, 128, 128},   // narrower than a tile
+    // No ragged edges: 1x128 with 18 tiles a row (more than one vector of tiles for reduce_tiles
+    // in src/cpu/fp8_tiles_simd.cpp), rowwise, and 64x128 tiles with a bottom row of 2-row tiles.
+    {6, 2304, 1, 128},
+    {4, 256, 1, 256},
+    {66, 256, 64, 128},
     // Scales alike down the columns, so that bands are cast with the scales of the band above
     // (Note [Tile guesses]), until a tile holding NaN, inf, zeros, subnormals or larger values.
     {98, 20, 4, 8, true},
