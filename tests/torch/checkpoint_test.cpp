@@ -8,6 +8,7 @@
 #include <mixprec/torch_version.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -249,6 +250,17 @@ TEST(CheckpointTest, ABadCheckpointIsRefusedAndChangesNothing) {
   auto maximize = mixprec::optimizer_state_dict(opt);
   maximize.at("param_groups").toListRef()[0].toGenericDict().insert_or_assign("maximize", true);
   EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(opt, maximize), "maximize=True");
+  // Steps that are no int64 >= 0 (libFuzzer found 2.6e24, whose conversion was undefined
+  // behaviour: the ASan + UBSan run of this test stops there without the range check).
+  for (const double step : {-1.0, 2.5, 0x1p63, 2.56897e24, std::nan("")}) {
+    auto bad_step = mixprec::optimizer_state_dict(opt);
+    for (const auto& entry : bad_step.at("state").toGenericDict()) {
+      entry.value().toGenericDict().insert_or_assign("step",
+                                                     torch::tensor(step, torch::kFloat64));
+    }
+    EXPECT_THROW_WITH(mixprec::load_optimizer_state_dict(opt, bad_step),
+                      "must be a whole number >= 0 and < 2^63");
+  }
   expect_same(snapshot(*model, opt), after_sgd);
 
   // A scaler entry that fails its own checks: the model and optimizer stay as they were too.
