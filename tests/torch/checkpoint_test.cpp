@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "short_storage.h"
 #include "test_util.h"
 
 namespace {
@@ -386,6 +387,27 @@ TEST(CheckpointTest, PicklesThatWouldExhaustOrAbortLibTorchAreRefused) {
   const c10::IValue value =
       mixprec::pickle_load(archive(bytes("\x80\x02}q\x00X\x01\x00\x00\x00" "aq\x01K\x01s.")));
   EXPECT_EQ(value.toGenericDict().at("a").toInt(), 1);
+}
+
+// A tensor on a storage shorter than its sizes need, as tests/fuzz made one (LibTorch 1.13's
+// unpickler rebuilt it unchecked, and copying it read address 0): refused, on every LibTorch.
+TEST(CheckpointTest, TensorsPastTheirStorageAreRefused) {
+  const std::vector<char> good = mixprec::pickle_save_untagged(torch::arange(4, torch::kFloat));
+  const auto cut = [&](std::size_t keep) {
+    std::size_t storages = 0;
+    std::vector<char> bytes = mixprec::test::cut_storages(good, keep, &storages);
+    EXPECT_EQ(storages, 1u);
+    return bytes;
+  };
+  EXPECT_TRUE(torch::equal(mixprec::pickle_load(cut(16)).toTensor(), torch::arange(4, torch::kFloat)));
+  for (const std::size_t keep : {0, 12}) {
+    try {
+      (void)mixprec::pickle_load(cut(keep));
+      ADD_FAILURE() << "a storage of " << keep << " bytes for 4 floats was read";
+    } catch (const c10::Error& e) {  // mixprec's check, or LibTorch's own where it has one
+      EXPECT_NE(std::string(e.what()).find("storage of"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

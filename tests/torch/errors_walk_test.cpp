@@ -19,6 +19,7 @@
 #include "mixprec/mixprec.h"
 #include "mixprec/torch_version.h"
 #include "torch/errors_walk_triggers.h"
+#include "torch/short_storage.h"
 #include "torch/views.h"  // detail::torch_cuda_built(): which CUDA row applies to this build
 #ifdef MIXPREC_HAS_DISTRIBUTED
 #include "mixprec/distributed.h"
@@ -363,6 +364,11 @@ std::vector<Trigger> triggers() {
        {pickle_of(std::string("\x80\x02K\x01r\xff\xff\xff\xff.", 10)),
         pickle_of(std::string("\x80\x02K\x01q\x00h\x01.", 9)),
         pickle_of(std::string("\x80\x02K\x01p") + std::string(35, '1') + "\n.")}},
+      {"PickleShortStorage", "`mixprec: a tensor in this file reaches past its storage", {thrown([] {
+         pickle_load(test::cut_storages(pickle_save_untagged(torch::arange(4, torch::kFloat)), 12));
+       })}},
+      {"CheckpointStep", "`mixprec::load_optimizer_state_dict: \"step\" of parameter N must be",
+       {optimizer_load([](auto&, auto& state) { state.insert_or_assign("step", 2.56897e24); })}},
       {"PickleContainerKey", "`mixprec: a pickle dict has a tuple, list, dict or set as a key",
        {pickle_of(std::string("\x80\x02}K\x01\x85K\x02s.", 10))}},
 #ifdef MIXPREC_HAS_DISTRIBUTED

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -103,17 +104,46 @@ Commit plan_module_load(torch::nn::Module& model, const GenericDict& state_dict)
   };
 }
 
+// The size of each storage record the unpickler was given, by its data's address.
+using RecordSizes = std::map<const void*, std::size_t>;
+
+// Refuses a tensor that reaches past the bytes its storage was read from. LibTorch's unpickler
+// sizes a storage by the element count its pickle states, whatever the size of the record it
+// reads, and rebuilds the tensor on it with the pickle's offset, sizes and strides, unchecked
+// (LibTorch 1.13: tests/fuzz found 4 floats on an empty record, whose copy read address 0).
+void check_storage(const at::Tensor& t, const RecordSizes& records) {
+  if (!t.defined() || t.numel() == 0 || !t.has_storage()) return;
+  __extension__ typedef unsigned __int128 Wide;  // sizes and strides come from the file
+  std::size_t have = t.storage().nbytes();
+  const auto record = records.find(t.storage().data());
+  if (record != records.end()) have = std::min(have, record->second);
+  const Wide bytes = have;
+  TORCH_CHECK(t.storage_offset() >= 0, "mixprec: a tensor in this file has storage offset ",
+              t.storage_offset());
+  Wide last = static_cast<Wide>(t.storage_offset());  // the last element's index
+  for (std::int64_t d = 0; d < t.dim() && last < bytes; ++d) {
+    TORCH_CHECK(t.stride(d) >= 0, "mixprec: a tensor in this file has strides ", t.strides());
+    last += static_cast<Wide>(t.size(d) - 1) * static_cast<Wide>(t.stride(d));
+  }
+  TORCH_CHECK(last < bytes && (last + 1) * t.element_size() <= bytes,
+              "mixprec: a tensor in this file reaches past its storage: sizes ", t.sizes(),
+              ", strides ", t.strides(), ", storage offset ", t.storage_offset(), " and ",
+              t.element_size(), "-byte elements on a storage of ", have, " bytes");
+}
+
 // Removes what plain_dicts() filed under kDroppedStateKey (Note [Python's OrderedDicts in
-// LibTorch's unpickler]).
-void drop_attributes(const IValue& value) {
-  if (value.isGenericDict()) {
+// LibTorch's unpickler]), and checks each tensor's storage.
+void tidy(const IValue& value, const RecordSizes& records) {
+  if (value.isTensor()) {
+    check_storage(value.toTensor(), records);
+  } else if (value.isGenericDict()) {
     GenericDict dict = value.toGenericDict();
     (void)dict.erase(IValue(detail::kDroppedStateKey));
-    for (const auto& entry : dict) drop_attributes(entry.value());
+    for (const auto& entry : dict) tidy(entry.value(), records);
   } else if (value.isList()) {
-    for (const IValue& item : value.toListRef()) drop_attributes(item);
+    for (const IValue& item : value.toListRef()) tidy(item, records);
   } else if (value.isTuple()) {
-    for (const IValue& item : value.toTupleRef().elements()) drop_attributes(item);
+    for (const IValue& item : value.toTupleRef().elements()) tidy(item, records);
   }
 }
 
@@ -139,6 +169,7 @@ IValue load_archive(caffe2::serialize::PyTorchStreamReader& reader) {
   const std::string pickle = detail::plain_dicts(
       std::string(static_cast<const char*>(std::get<0>(record).get()), std::get<1>(record)));
   std::size_t pos = 0;
+  RecordSizes records;
   torch::jit::Unpickler unpickler(
       [&](char* out, std::size_t size) {
         size = std::min(size, pickle.size() - pos);
@@ -147,7 +178,11 @@ IValue load_archive(caffe2::serialize::PyTorchStreamReader& reader) {
         return size;
       },
       /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
-      [&](const std::string& name) { return std::get<0>(reader.getRecord("data/" + name)); },
+      [&](const std::string& name) {
+        auto [data, size] = reader.getRecord("data/" + name);
+        records[data.get()] = size;
+        return std::move(data);
+      },
       c10::Device(c10::kCPU));
   unpickler.set_version(reader.version());
   IValue value;
@@ -158,7 +193,7 @@ IValue load_archive(caffe2::serialize::PyTorchStreamReader& reader) {
   } catch (const std::exception& e) {  // e.g. std::out_of_range from a malformed stream
     TORCH_CHECK(false, "mixprec: LibTorch's unpickler cannot read this pickle: ", e.what());
   }
-  drop_attributes(value);
+  tidy(value, records);
   return value;
 }
 
