@@ -20,13 +20,19 @@
 
 // Note [FP8 casts in integer lanes]
 // float -> fp8 is float_to_fp8_bits() of mixprec/core/fp8.h, bit for bit, with one float add doing
-// all the rounding: |v|, clamped to fp8_max (saturation), is added to 2^(E + 23 - mantissa_bits),
-// E being the binade of |v| (no lower than the smallest normal's, which gives the subnormal step).
-// That power of two's ulp is the fp8 step of the binade, so the FPU's sum, less the power, is
-// |v| / step rounded to nearest even: the rounding the header's integer adds (normal range) and
-// "+ 2^23" (subnormals) make. The code is that count plus the binade's first code, less
-// 2^mantissa_bits (a count of 2^(mantissa_bits + 1) carries into the next binade); NaN is a
-// select: 14 vector instructions where the header's two paths and three selects took about 19.
+// all the rounding: |v|, clamped to fp8_max (saturation), is added to a "magic" float of the binade
+// 2^(E + 23 - mantissa_bits), E being the binade of |v| (no lower than the smallest normal's, which
+// gives the subnormal step). The magic's ulp is the fp8 step of the binade, so the FPU rounds
+// |v| / step to nearest even, the rounding the header's integer adds (normal range) and "+ 2^23"
+// (subnormals) make. The magic also holds, in ulps, the binade's first code less 2^mantissa_bits
+// (a multiple of 2^mantissa_bits, so the parity is the count's): the low 7 bits of the sum are then
+// the code (a count of 2^(mantissa_bits + 1) carries into the next binade's first code), and one
+// bit select puts the sign above them. On AVX-512 the magic comes from a table of the format's
+// binades indexed by the exponent (one permute), |v * scale| is clamped by one range instruction
+// and the select is one ternary-logic instruction: a code in 8 vector instructions from v (the
+// multiply included, the store not), 14 before the table, clamp and select (2026-12-07), about 19
+// with the header's two paths. NaN is one more select. (The range instruction returns the other
+// operand where one is NaN, as fmax does: it cannot take the amax, which must see NaN.)
 // fp8 -> float decodes the fields (subnormals as an exact int -> float convert times the step).
 // Only the multiply by the scale rounds, as in the scalar code. The inputs are widened to float
 // first, exactly (fp16, bf16) or to nearest (float64, as float(x)). amax is a running maximum of
@@ -58,53 +64,122 @@ struct Fmt {
                                              << 23;
 };
 
-// The code of the non-negative floats with bits `ai` (not NaN): float_to_fp8_bits() without the
-// sign. See Note [FP8 casts in integer lanes].
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// fp8_magnitude()'s magics for the table indices first .. first + 15, an index being a binade's
+// exponent field modulo 16 (E4M3: 15 binades from the smallest normal's) or 32 (E5M2: 30).
+template <Fp8Format kFormat>
+HWY_INLINE __m512i magic_table(std::uint32_t first) {
+  using F = Fmt<kFormat>;
+  constexpr std::uint32_t kMinField = F::kMinNormalBits >> 23;
+  constexpr std::uint32_t kMask = F::kE4M3 ? 15 : 31;
+  alignas(64) std::uint32_t t[16];
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    const std::uint32_t binade = (kMinField + ((first + i - kMinField) & kMask)) << 23;
+    t[i] = binade + (binade >> F::kShift) + F::kMagicShift - F::kCodeBias;
+  }
+  return _mm512_load_si512(t);
+}
+#endif
+
+// The code of the floats with bits `a`, non-negative and at most fp8_max's (not NaN), in the low 7
+// bits of the result; bits 7 to 22 are 0, bits 23 and up are not part of the code. See Note [FP8
+// casts in integer lanes].
 template <Fp8Format kFormat, class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> fp8_magnitude(DF df,
-                                                           hn::Vec<hn::RebindToSigned<DF>> ai) {
+                                                           hn::Vec<hn::RebindToUnsigned<DF>> a) {
   using F = Fmt<kFormat>;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
-  // Clamped to fp8_max: saturation, and no overflow below.
-  const auto a = hn::BitCast(du, hn::Min(ai, hn::Set(di, F::kMaxBits)));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (sizeof(a.raw) == 64) {
+    // The magic from a table of the binades, indexed by the exponent's low bits.
+    const auto field = hn::ShiftRight<23>(
+        hn::BitCast(du, hn::Max(hn::BitCast(di, a), hn::Set(di, F::kMinNormalBits))));
+    __m512i magic;
+    if constexpr (F::kE4M3) {
+      magic = _mm512_permutexvar_epi32(field.raw, magic_table<kFormat>(0));
+    } else {
+      magic =
+          _mm512_permutex2var_epi32(magic_table<kFormat>(0), field.raw, magic_table<kFormat>(16));
+    }
+    return hn::BitCast(du,
+                       hn::Add(hn::BitCast(df, a), hn::BitCast(df, hn::Vec<decltype(du)>{magic})));
+  }
+#endif
   // The binade's exponent bits, no lower than the smallest normal's (the subnormal step).
   const auto binade = hn::BitCast(du, hn::Max(hn::BitCast(di, hn::And(a, hn::Set(du, 0x7f800000u))),
                                               hn::Set(di, F::kMinNormalBits)));
-  const auto magic = hn::Add(binade, hn::Set(du, F::kMagicShift));
-  const auto sum = hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::BitCast(df, magic)));
-  return hn::Add(hn::Sub(sum, magic),
-                 hn::Sub(hn::ShiftRight<F::kShift>(binade), hn::Set(du, F::kCodeBias)));
+  // 2^(E + kShift) plus the binade's first code, less 2^kMantissa, in ulps (fp8 steps).
+  const auto magic = hn::Add(hn::Add(binade, hn::ShiftRight<F::kShift>(binade)),
+                             hn::Set(du, F::kMagicShift - F::kCodeBias));
+  return hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::BitCast(df, magic)));
 }
 
-// The sign bit of floats with bits x, where fp8 codes keep it (0x80).
+// The code with magnitude m's low 7 bits (as fp8_magnitude returns it) and the sign of the floats
+// with bits x: one ternary-logic instruction after the shift on AVX-512.
 template <class VU>
-HWY_INLINE VU fp8_sign(VU x) {
-  return hn::And(hn::ShiftRight<24>(x), hn::Set(hn::DFromV<VU>(), 0x80u));
+HWY_INLINE VU fp8_signed(VU m, VU x) {
+  const hn::DFromV<VU> du;
+  const auto sign = hn::ShiftRight<24>(x);  // the sign in bit 7 (bits 0-6: x's exponent)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr int kSelect = 0xe4;  // c ? a : b, bit by bit
+  const auto low7 = hn::Set(du, 0x7fu);
+  if constexpr (sizeof(m.raw) == 64) {
+    return VU{_mm512_ternarylogic_epi32(m.raw, sign.raw, low7.raw, kSelect)};
+  } else if constexpr (sizeof(m.raw) == 32) {
+    return VU{_mm256_ternarylogic_epi32(m.raw, sign.raw, low7.raw, kSelect)};
+  } else if constexpr (sizeof(m.raw) == 16) {
+    return VU{_mm_ternarylogic_epi32(m.raw, sign.raw, low7.raw, kSelect)};
+  }
+#endif
+  return hn::Or(hn::And(m, hn::Set(du, 0x7fu)), hn::And(sign, hn::Set(du, 0x80u)));
+}
+
+// The bits of min(|v|, fp8_max) for v not NaN (the range instruction would return fp8_max for
+// NaN): one instruction on AVX-512 (DQ).
+template <Fp8Format kFormat, class DF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> fp8_clamped_abs(DF df, hn::Vec<DF> v) {
+  using F = Fmt<kFormat>;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr int kMinAbsSignClear = 0x0a;  // imm8[1:0] = min |.|, imm8[3:2] = sign cleared
+  const auto limit = hn::BitCast(df, hn::Set(di, F::kMaxBits));
+  if constexpr (sizeof(v.raw) == 64) {
+    return hn::BitCast(du, hn::Vec<DF>{_mm512_range_ps(v.raw, limit.raw, kMinAbsSignClear)});
+  } else if constexpr (sizeof(v.raw) == 32) {
+    return hn::BitCast(du, hn::Vec<DF>{_mm256_range_ps(v.raw, limit.raw, kMinAbsSignClear)});
+  } else if constexpr (sizeof(v.raw) == 16) {
+    return hn::BitCast(du, hn::Vec<DF>{_mm_range_ps(v.raw, limit.raw, kMinAbsSignClear)});
+  }
+#endif
+  const auto ai = hn::BitCast(di, hn::And(hn::BitCast(du, v), hn::Set(du, 0x7fffffffu)));
+  return hn::BitCast(du, hn::Min(ai, hn::Set(di, F::kMaxBits)));
 }
 
 // float -> fp8 codes in u32 lanes: float_to_fp8_bits().
 template <Fp8Format kFormat, class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> to_fp8(DF df, hn::Vec<DF> f) {
+  using F = Fmt<kFormat>;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
   const auto x = hn::BitCast(du, f);
   const auto ai = hn::BitCast(di, hn::And(x, hn::Set(du, 0x7fffffffu)));
-  const auto out = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x7f800000))),
-                                  hn::Set(du, 0x7fu), fp8_magnitude<kFormat>(df, ai));
-  return hn::Or(fp8_sign(x), out);
+  // Clamped to fp8_max as signed integers: saturation, NaN too (its code is the select's).
+  const auto a = hn::BitCast(du, hn::Min(ai, hn::Set(di, F::kMaxBits)));
+  const auto m = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x7f800000))),
+                                hn::Set(du, 0x7fu), fp8_magnitude<kFormat>(df, a));
+  return fp8_signed(m, x);
 }
 
-// The codes of v * scale for 0 < scale < inf and v not NaN, from |v| * scale (= |v * scale|, the
-// rounding being symmetric) and v's sign: no NaN select, one abs shared with the amax.
+// The codes of v * scale for 0 < scale < inf and v (bits x) not NaN: no NaN select, and |v * scale|
+// clamped by one instruction on AVX-512.
 template <Fp8Format kFormat, class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> to_fp8_scaled(DF df,
                                                            hn::Vec<hn::RebindToUnsigned<DF>> x,
-                                                           hn::Vec<hn::RebindToUnsigned<DF>> abs_x,
                                                            hn::Vec<DF> scale) {
-  const hn::RebindToSigned<DF> di;
-  const auto product = hn::BitCast(di, hn::Mul(hn::BitCast(df, abs_x), scale));
-  return hn::Or(fp8_sign(x), fp8_magnitude<kFormat>(df, product));
+  const auto a = fp8_clamped_abs<kFormat>(df, hn::Mul(hn::BitCast(df, x), scale));
+  return fp8_signed(fp8_magnitude<kFormat>(df, a), x);
 }
 
 // Stores two vectors of 16 codes as 32 bytes at p (AVX3; else one vector at a time).

@@ -113,7 +113,7 @@ HWY_INLINE std::uint32_t quantize_range(const Src& src, std::int64_t begin, std:
     const auto a = hn::And(x, abs_mask);
     running = hn::Max(running, hn::BitCast(di, a));
     if constexpr (kPass == Pass::kCodesNoNaN) {
-      return to_fp8_scaled<kFormat>(df, x, a, vscale);
+      return to_fp8_scaled<kFormat>(df, x, vscale);
     } else {
       return to_fp8<kFormat>(df, hn::Mul(v, vscale));
     }

@@ -72,7 +72,7 @@ HWY_INLINE bool quantize_whole_block(const Src& src, std::int64_t begin, std::ui
     const auto vscale = hn::Set(df, e8m0_to_inverse(e));
     const auto codes = [&](std::size_t k) MIXPREC_VECTOR_LAMBDA {  // no NaN in a finite block
       const auto x = hn::BitCast(du, src.Load(df, begin + static_cast<std::int64_t>(k)));
-      return to_fp8_scaled<kFormat>(df, x, hn::And(x, abs_mask), vscale);
+      return to_fp8_scaled<kFormat>(df, x, vscale);
     };
     for (std::size_t k = 0; k + 4 * kLanes <= 32; k += 4 * kLanes) {
       store_codes4(df, codes(k), codes(k + kLanes), codes(k + 2 * kLanes), codes(k + 3 * kLanes),
