@@ -34,6 +34,7 @@ COMMON=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libhwy-dev
+  zlib1g-dev
   gnuplot-nox
   python3
   libc6-dbg

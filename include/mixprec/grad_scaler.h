@@ -20,6 +20,10 @@
 #include "mixprec/grad_scaler_options.h"
 #include "mixprec/telemetry.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace mixprec {
 
 /// Where an optimizer is in the current iteration (PyTorch's OptState).
@@ -188,7 +192,9 @@ class GradScaler {
   /// Loads a state_dict() (also one saved from Python: mixprec's extra state then takes its
   /// defaults). Disabled: a no-op. Throws, leaving the scaler as it was, for an empty dict
   /// ("The source state dict is empty, ..."), a missing key, a value of the wrong type, a
-  /// non-finite or non-positive scale, a negative tracker or an unknown format (naming the key).
+  /// non-finite or non-positive scale, a negative tracker, options the constructor refuses
+  /// (growth_factor <= 1, backoff_factor outside (0, 1), growth_interval < 1) or an unknown
+  /// format (naming the key).
   void load_state_dict(const c10::impl::GenericDict& state_dict);
 
   /// The state_dict() entries, one archive key each, in a LibTorch archive: `torch::save(scaler,
@@ -199,6 +205,13 @@ class GradScaler {
   void load(torch::serialize::InputArchive& archive);
 
  private:
+  // mixprec::load_checkpoint checks the model, optimizer and scaler before it changes any.
+  friend void load_checkpoint(const std::string& path, torch::nn::Module& model,
+                              torch::optim::Optimizer& optimizer, GradScaler& scaler);
+  // load_state_dict's checks; what it then changes is returned, to run when every other check
+  // of a load has passed too.
+  std::function<void()> plan_load_state_dict(const c10::impl::GenericDict& state_dict);
+
   struct PerOptimizerState {
     const void* optimizer = nullptr;  // nullptr: a list of unscale_grads_
     OptState stage = OptState::kReady;

@@ -15,6 +15,7 @@
 #include "mixprec/checkpoint.h"
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
+#include "torch/checkpoint/unpickle.h"
 
 static_assert(MIXPREC_C_ABI == MIXPREC_C_ABI_VERSION,
               "CMakeLists.txt's MIXPREC_C_ABI_VERSION (the SONAME) differs from c_api.h's");
@@ -352,8 +353,9 @@ int mixprec_grad_scaler_load_state_dict(mixprec_grad_scaler* s, const void* data
   const char* call = "mixprec_grad_scaler_load_state_dict";
   return guarded([&] {
     mixprec::GradScaler& scaler = scaler_arg(s, call);
-    const char* bytes = static_cast<const char*>(require(data, call, "data"));
-    const c10::IValue value = mixprec::pickle_load(std::vector<char>(bytes, bytes + size));
+    // Read in place, not copied (mixprec's reader of untrusted bytes: unpickle.h).
+    const c10::IValue value = mixprec::detail::load_torch_save(
+        mixprec::detail::memory_source(require(data, call, "data"), size));
     if (!value.isGenericDict()) {
       throw mixprec::c_api::Failure{MIXPREC_ERROR_RUNTIME,
                                     std::string(call) + ": the bytes hold a " +

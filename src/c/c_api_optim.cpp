@@ -18,6 +18,7 @@
 #include "mixprec/checkpoint.h"
 #include "mixprec/optim.h"
 #include "mixprec/serialize.h"
+#include "torch/checkpoint/unpickle.h"
 
 namespace mixprec::c_api {
 namespace {
@@ -101,8 +102,9 @@ int load_state_dict(OptimizerArg get, void* optimizer, const void* data, std::si
                     const char* call) {
   return guarded([&] {
     torch::optim::Optimizer& opt = get(optimizer, call);
-    const char* bytes = static_cast<const char*>(require(data, call, "data"));
-    const c10::IValue value = pickle_load(std::vector<char>(bytes, bytes + size));
+    // Read in place, not copied (mixprec's reader of untrusted bytes: unpickle.h).
+    const c10::IValue value =
+        mixprec::detail::load_torch_save(mixprec::detail::memory_source(require(data, call, "data"), size));
     if (!value.isGenericDict()) {
       throw Failure{MIXPREC_ERROR_RUNTIME, std::string(call) + ": the bytes hold a " +
                                                value.tagKind() + ", not a state dict"};

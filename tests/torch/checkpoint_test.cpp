@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "short_storage.h"
 #include "test_util.h"
 
 namespace {
@@ -281,7 +280,7 @@ TEST(CheckpointTest, ABadCheckpointIsRefusedAndChangesNothing) {
                     "\"scale\" must be finite and > 0");
   expect_same(snapshot(*other, other_opt), other_before);
   EXPECT_THROW_WITH(mixprec::load_checkpoint(temp_path("missing.pt"), *other, other_opt, other_scaler),
-                    "mixprec::load_checkpoint: cannot open");
+                    "cannot open " + temp_path("missing.pt"));
   std::remove(path.c_str());
 }
 
@@ -334,80 +333,6 @@ TEST(CheckpointTest, PythonOnlyKeysAreIgnoredAndNumbersMayBeIntsOrTensors) {
   const auto& options = static_cast<const torch::optim::AdamOptions&>(opt.param_groups()[0].options());
   EXPECT_EQ(options.lr(), 0.25);
   EXPECT_EQ(options.weight_decay(), 0.0);
-}
-
-// A torch.save file holding `pickle` as its data.pkl.
-std::vector<char> archive(const std::string& pickle) {
-  std::vector<char> bytes;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
-    bytes.insert(bytes.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
-    return size;
-  });
-  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-  writer.writeEndOfFile();
-  return bytes;
-}
-
-// Pickles LibTorch's unpickler would misread are refused with mixprec's message.
-TEST(CheckpointTest, UnsupportedOrTruncatedPicklesAreRefused) {
-  // The OrderedDict class itself as the value (not called).
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02" "ccollections\nOrderedDict\nq\x00."))),
-                    "builds a collections.OrderedDict in a way mixprec does not read");
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02X\x05\x00\x00\x00" "ab"))),
-                    "the pickle is truncated");
-  // (OrderedDict(a=1), OrderedDict()), the class memoized and fetched again, as Python writes it.
-  const c10::IValue value = mixprec::pickle_load(archive(bytes(
-      "\x80\x02(ccollections\nOrderedDict\nq\x00)RX\x01\x00\x00\x00" "aK\x01sh\x00)Rt.")));
-  ASSERT_TRUE(value.isTuple());
-  EXPECT_EQ(value.toTupleRef().elements()[0].toGenericDict().at("a").toInt(), 1);
-  EXPECT_TRUE(value.toTupleRef().elements()[1].toGenericDict().empty());
-}
-
-// What tests/fuzz found in LibTorch's unpickler, refused before it reads the pickle: a memo PUT
-// at index 2^32 - 1 (LibTorch sizes its memo table by it: gigabytes), a GET of an entry never
-// made, and a tuple as a dict key (LibTorch's hash throws where nothing may: std::terminate).
-TEST(CheckpointTest, PicklesThatWouldExhaustOrAbortLibTorchAreRefused) {
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02K\x01r\xff\xff\xff\xff."))),
-                    "a pickle memo PUT at index 4294967295 after 0 entries");
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02K\x01q\x00h\x01."))),
-                    "a pickle memo GET of index 1, of 1 entries");
-  // {(1,): 2}, the key a tuple, directly and fetched from the memo.
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02}K\x01\x85K\x02s."))),
-                    "has a tuple, list, dict or set as a key");
-  EXPECT_THROW_WITH(
-      mixprec::pickle_load(archive(bytes("\x80\x02K\x01\x85q\x00" "0}(h\x00K\x02u."))),
-      "has a tuple, list, dict or set as a key");
-  // A dict given a key without a value, and a BUILD with no object under its state: LibTorch's
-  // unpickler reads outside its stack on both.
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02}(K\x01u."))),
-                    "a pickle dict with a key and no value");
-  EXPECT_THROW_WITH(mixprec::pickle_load(archive(bytes("\x80\x02}b."))),
-                    "with nothing below its arguments to apply to");
-  // Memo entries numbered in order, as Python and LibTorch write them, still load.
-  const c10::IValue value =
-      mixprec::pickle_load(archive(bytes("\x80\x02}q\x00X\x01\x00\x00\x00" "aq\x01K\x01s.")));
-  EXPECT_EQ(value.toGenericDict().at("a").toInt(), 1);
-}
-
-// A tensor on a storage shorter than its sizes need, as tests/fuzz made one (LibTorch 1.13's
-// unpickler rebuilt it unchecked, and copying it read address 0): refused, on every LibTorch.
-TEST(CheckpointTest, TensorsPastTheirStorageAreRefused) {
-  const std::vector<char> good = mixprec::pickle_save_untagged(torch::arange(4, torch::kFloat));
-  const auto cut = [&](std::size_t keep) {
-    std::size_t storages = 0;
-    std::vector<char> bytes = mixprec::test::cut_storages(good, keep, &storages);
-    EXPECT_EQ(storages, 1u);
-    return bytes;
-  };
-  EXPECT_TRUE(torch::equal(mixprec::pickle_load(cut(16)).toTensor(), torch::arange(4, torch::kFloat)));
-  for (const std::size_t keep : {0, 12}) {
-    try {
-      (void)mixprec::pickle_load(cut(keep));
-      ADD_FAILURE() << "a storage of " << keep << " bytes for 4 floats was read";
-    } catch (const c10::Error& e) {  // mixprec's check, or LibTorch's own where it has one
-      EXPECT_NE(std::string(e.what()).find("storage of"), std::string::npos) << e.what();
-    }
-  }
 }
 
 }  // namespace

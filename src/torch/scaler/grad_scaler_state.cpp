@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "mixprec/core/error.h"
+#include "mixprec/core/loss_scaler.h"
 #include "mixprec/core/scale_policy.h"
 #include "mixprec/grad_scaler.h"
 #include "torch/views.h"
@@ -94,7 +96,11 @@ c10::impl::GenericDict GradScaler::state_dict() const {
 }
 
 void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
-  if (!options_.enabled()) return;
+  plan_load_state_dict(state_dict)();
+}
+
+std::function<void()> GradScaler::plan_load_state_dict(const c10::impl::GenericDict& state_dict) {
+  if (!options_.enabled()) return [] {};
   TORCH_CHECK(!state_dict.empty(),
               "The source state dict is empty, possibly because it was saved from a disabled "
               "instance of GradScaler.");
@@ -152,6 +158,13 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
         .max_scale(max_scale)
         .history_size(static_cast<std::int64_t>(history.size() / 3));
   }
+  // The constructor's rules hold for a loaded state too (growth_factor > 1, backoff_factor in
+  // (0, 1), growth_interval >= 1, ...): a file cannot make a scaler no constructor would.
+  try {
+    core::validate_scaler_options("GradScaler.load_state_dict", scale, options.policy());
+  } catch (const core::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
 
   // Build the new device state first: if anything throws here, nothing was changed yet.
   at::Tensor new_counters, new_history;
@@ -160,18 +173,22 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state_dict) {
     new_counters = at::tensor(counters, at::kLong).to(device);
     new_history = at::tensor(history, at::kDouble).reshape({options.history_size(), 3}).to(device);
   }
-  options_ = options;
-  init_scale_ = scale;
-  init_growth_tracker_ = growth_tracker;
-  init_counters_ = std::move(counters);
-  init_history_ = std::move(history);
-  if (scale_.defined()) {
-    // Values checked above, so these in-place fills cannot fail.
-    scale_.fill_(static_cast<float>(scale));
-    growth_tracker_.fill_(static_cast<std::int32_t>(growth_tracker));
-    counters_ = std::move(new_counters);
-    history_ = std::move(new_history);
-  }
+  return [this, options = std::move(options), scale, growth_tracker,
+          counters = std::move(counters), history = std::move(history),
+          new_counters = std::move(new_counters), new_history = std::move(new_history)]() mutable {
+    options_ = std::move(options);
+    init_scale_ = scale;
+    init_growth_tracker_ = growth_tracker;
+    init_counters_ = std::move(counters);
+    init_history_ = std::move(history);
+    if (scale_.defined()) {
+      // Values checked above, so these in-place fills cannot fail.
+      scale_.fill_(static_cast<float>(scale));
+      growth_tracker_.fill_(static_cast<std::int32_t>(growth_tracker));
+      counters_ = std::move(new_counters);
+      history_ = std::move(new_history);
+    }
+  };
 }
 
 std::ostream& operator<<(std::ostream& out, const GradScaler& scaler) {
