@@ -18,8 +18,8 @@
 #include "mixprec/core/optim_kernels.h"
 #include "mixprec/mixprec.h"
 #include "mixprec/torch_version.h"
+#include "torch/errors_walk_reader.h"
 #include "torch/errors_walk_triggers.h"
-#include "torch/short_storage.h"
 #include "torch/views.h"  // detail::torch_cuda_built(): which CUDA row applies to this build
 #ifdef MIXPREC_HAS_DISTRIBUTED
 #include "mixprec/distributed.h"
@@ -324,9 +324,6 @@ std::vector<Trigger> triggers() {
           std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
           load_checkpoint(path, model, opt, scaler);
         }),
-        checkpoint_file([](const std::string& path, auto& model, auto& opt, auto& scaler) {
-          load_checkpoint(path + ".missing", model, opt, scaler);
-        }),
         checkpoint_file([](const std::string&, auto& model, auto& opt, auto& scaler) {
           save_checkpoint("/nonexistent-mixprec-folder/c.pt", model, opt, scaler);
         })}},
@@ -355,22 +352,8 @@ std::vector<Trigger> triggers() {
          torch::nn::Linear model(1, 1);
          optimizer_state_dict(torch::optim::RMSprop(model->parameters()));
        })}},
-      {"CheckpointPickle",
-       "`mixprec: this pickle builds a collections.OrderedDict",
-       {pickle_of(std::string("\x80\x02" "ccollections\nOrderedDict\nq\x00.", 30)),
-        pickle_of(std::string("\x80\x02X\x05\x00\x00\x00" "ab", 9))}},
-      {"PickleMemo",
-       "`mixprec: a pickle memo PUT at index N after N entries`",
-       {pickle_of(std::string("\x80\x02K\x01r\xff\xff\xff\xff.", 10)),
-        pickle_of(std::string("\x80\x02K\x01q\x00h\x01.", 9)),
-        pickle_of(std::string("\x80\x02K\x01p") + std::string(35, '1') + "\n.")}},
-      {"PickleShortStorage", "`mixprec: a tensor in this file reaches past its storage", {thrown([] {
-         pickle_load(test::cut_storages(pickle_save_untagged(torch::arange(4, torch::kFloat)), 12));
-       })}},
       {"CheckpointStep", "`mixprec::load_optimizer_state_dict: \"step\" of parameter N must be",
        {optimizer_load([](auto&, auto& state) { state.insert_or_assign("step", 2.56897e24); })}},
-      {"PickleContainerKey", "`mixprec: a pickle dict has a tuple, list, dict or set as a key",
-       {pickle_of(std::string("\x80\x02}K\x01\x85K\x02s.", 10))}},
 #ifdef MIXPREC_HAS_DISTRIBUTED
       {"AllReduceFails",
        "`mixprec::distributed: all-reduce (MAX) of found_inf",
@@ -429,15 +412,17 @@ std::vector<Trigger> triggers() {
        })}},
 #endif
   };
+  for (Trigger& r : reader_triggers()) t.push_back(std::move(r));
   return t;
 }
 
 // Rows that no trigger can reach in this build, each with its reason and the test that covers it.
 std::vector<Untriggerable> untriggerable() {
   return {
-      {"`mixprec: LibTorch's unpickler cannot read this pickle",
-       "a guard: the opcode walk now refuses every input tests/fuzz saw make LibTorch's "
-       "unpickler throw something other than c10::Error"},
+      {"`mixprec: not enough memory to load",
+       "a guard for a machine out of memory, for what another library throws, for strs of 4 GiB "
+       "and pickles of 2^32 values, and for read errors and files that shrink while read: "
+       "tests/fuzz holds every load to c10::Error"},
 #ifndef MIXPREC_HAS_DISTRIBUTED
       {"`mixprec::distributed: all-reduce (MAX) of found_inf",
        "mixprec was built without its distributed code; DistributedTest (label dist) covers it"},
