@@ -227,14 +227,6 @@ inline std::vector<Trigger> reader_triggers() {
          EXPECT_EQ(pickle_load(test::archive(p.stop(), {{"data/0", std::string(16, 'x')}})).toTensor().numel(), 16);
          return std::string("LibTorch >= 2.1 has float8_e4m3fn: the file loads");
        }},
-      {"ReaderTupleKey",
-       "`has a dict key that this LibTorch (...) cannot hash`",
-       {ops(raw("}K\x01\x85K\x02s"))},
-       [] {
-         if (!MIXPREC_TORCH_AT_LEAST(2, 0)) return std::string();
-         EXPECT_EQ(pickle_load(test::archive(Pickle().op(raw("}K\x01\x85K\x02s")).stop())).toGenericDict().size(), 1u);
-         return std::string("this LibTorch hashes tuples: the dict loads");
-       }},
       {"ReaderScalerRules",
        "`GradScaler.load_state_dict: growth_factor must be > 1.0",
        {thrown([] {

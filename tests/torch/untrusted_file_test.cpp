@@ -141,7 +141,7 @@ TEST(UntrustedFileTest, SharedValuesAreOneObjectAndCyclesAreRefused) {
 
 // ---- dicts --------------------------------------------------------------------------------
 
-TEST(UntrustedFileTest, DictKeysAreStrsIntsOrFlatTuplesOfThem) {
+TEST(UntrustedFileTest, DictKeysAreStrsOrInts) {
   Pickle ok;  // {"a": 1, 2: 3, "a": 4}: a key set twice keeps its place and takes the last value
   ok.op('}').mark().str("a").small(1).small(2).small(3).str("a").small(4).op('u');
   const c10::impl::GenericDict dict = pickle_load(archive(ok.stop())).toGenericDict();
@@ -152,7 +152,7 @@ TEST(UntrustedFileTest, DictKeysAreStrsIntsOrFlatTuplesOfThem) {
            {raw("G?\xf0\x00\x00\x00\x00\x00\x00"), "a dict key that is a float"},
            {"]", "a dict key that is a list"},
            {"N", "a dict key that is a None"},
-           {"K\x01\x85\x85", "a dict key that is a tuple"}}) {  // ((1,),): not flat
+           {raw("K\x01\x85"), "a dict key that is a tuple"}}) {  // LibTorch cannot hash them
     Pickle bad;
     bad.op('}').op(key).small(1).op('s');
     EXPECT_THROW_WITH(pickle_load(archive(bad.stop())), what);

@@ -70,7 +70,8 @@ enum class Global : std::uint8_t {
 // - Values are nodes in one array, items referred to by index: nothing is recursive, however
 //   deep the pickle nests. After STOP one walk from the root, with an explicit stack, refuses
 //   cycles (made through the memo), nesting past Limits::depth, trees larger than
-//   Limits::expanded written out, dict keys that are not a str, an int or a flat tuple of them,
+//   Limits::expanded written out, dict keys that are not a str or an int (the keys LibTorch's
+//   dicts can hash and state dicts have),
 //   typed lists with other items, and tensors with hooks or metadata.
 // - Memory: a node is 16 bytes and each opcode makes at most one; a tensor rebuilt twice from
 //   one argument tuple (one GET) is the same tensor, so that 5 bytes of pickle cannot make a
@@ -779,16 +780,8 @@ class Reader {
     if (c.kind != Kind::kDict) return;
     for (std::uint32_t i = 0; i < count; i += 2) {
       const Kind k = node(items[i]).kind;
-      bool ok = k == Kind::kString || k == Kind::kInt;
-      if (k == Kind::kTuple) {
-        std::uint32_t m = 0;
-        const std::uint32_t* parts = tree_.items(items[i], m);
-        ok = std::all_of(parts, parts + m, [&](std::uint32_t p) {
-          return node(p).kind == Kind::kString || node(p).kind == Kind::kInt;
-        });
-      }
-      fail_if(!ok, "a dict key that is a ", kind_name(items[i]),
-              "; keys must be strs, ints or flat tuples of them");
+      fail_if(k != Kind::kString && k != Kind::kInt, "a dict key that is a ", kind_name(items[i]),
+              "; keys must be strs or ints (LibTorch's dicts cannot hash tuples)");
     }
   }
   static const char* kind_name_of(Kind k) {

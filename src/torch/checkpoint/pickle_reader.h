@@ -74,7 +74,7 @@ struct Limits {
 };
 
 /// A checked value tree: acyclic, within the limits, every tensor inside its storage, every
-/// dict key a str, an int or a flat tuple of them.
+/// dict key a str or an int.
 class Tree {
  public:
   std::uint32_t root() const { return root_; }

@@ -107,23 +107,11 @@ void check_dict_keys(const std::vector<c10::IValue>& keys, const std::string& wh
     hashed.push_back({static_cast<std::uint64_t>(hash), i});
   }
   // Distinct keys: a key set twice is one entry (the last value wins).
-  auto less = [&](const Key& a, const Key& b) {
+  auto less = [&](const Key& a, const Key& b) {  // keys are ints or strs (pickle_reader.h)
     if (a.hash != b.hash) return a.hash < b.hash;
     const c10::IValue &x = keys[a.index], &y = keys[b.index];
     if (x.isInt() != y.isInt()) return x.isInt();
-    if (x.isInt()) return x.toInt() < y.toInt();
-    if (x.isString() != y.isString()) return x.isString();
-    if (x.isString()) return x.toStringRef() < y.toStringRef();
-    const auto& u = x.toTupleRef().elements();
-    const auto& v = y.toTupleRef().elements();
-    if (u.size() != v.size()) return u.size() < v.size();
-    for (std::size_t i = 0; i < u.size(); ++i) {
-      if (u[i].isInt() != v[i].isInt()) return u[i].isInt();
-      if (u[i].isInt() ? u[i].toInt() != v[i].toInt() : u[i].toStringRef() != v[i].toStringRef()) {
-        return u[i].isInt() ? u[i].toInt() < v[i].toInt() : u[i].toStringRef() < v[i].toStringRef();
-      }
-    }
-    return false;
+    return x.isInt() ? x.toInt() < y.toInt() : x.toStringRef() < y.toStringRef();
   };
   std::sort(hashed.begin(), hashed.end(), less);
   std::vector<std::uint64_t> slots;
