@@ -158,6 +158,9 @@ class Recipe {
   /// their slot-0 amaxes all-reduced in one collective (when an amax reduction is set), then
   /// core::delayed_scaling_update_ in one batched pass. Tensors not cast are left alone. No host
   /// synchronisation on CUDA. Nothing to do for the other rules. Autocast's constructor calls it.
+  /// When the amax reduction throws (a collective that timed out), nothing has changed and the
+  /// tensors stay recorded: the retry, or the next update, reduces the same amaxes in the same
+  /// order, so every rank still gets the same scales.
   void update();
 
   /// The cross-rank reduction of the amaxes of one iteration: gets one float32 tensor of all of

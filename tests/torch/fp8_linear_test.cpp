@@ -13,6 +13,8 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "mixprec/fp8.h"
@@ -725,6 +727,36 @@ TEST(Fp8LinearTest, AmaxReductionGetsEveryAmaxInFirstCastOrder) {
   EXPECT_EQ(a->scale[0].item<float>(), 448.0f / (2 * expected[0]));
   EXPECT_EQ(b->scale[2].item<float>(), 57344.0f / (2 * expected[4]));
   EXPECT_EQ(a->amax_history[1][0].item<float>(), 2 * expected[0]);  // the reduced value kept
+}
+
+// Note [An update whose collective throws]: a reduction that throws (a collective's timeout)
+// keeps the iteration's amaxes recorded, and the retry ends where an update that never failed
+// ends. Before, the amaxes were taken and lost: the retry updated nothing, and ranks whose
+// collective had gone through held other scales.
+TEST(Fp8LinearTest, AReductionThatThrowsKeepsTheAmaxesForTheRetry) {
+  fp8::Recipe failing(fp8::RecipeOptions().amax_history_len(2));
+  fp8::Recipe reference(fp8::RecipeOptions().amax_history_len(2));
+  bool fail = true;
+  failing.set_amax_reduction([&](at::Tensor& amaxes) {
+    if (std::exchange(fail, false)) throw std::runtime_error("all-reduce timed out");
+    amaxes.mul_(2);
+  });
+  reference.set_amax_reduction([](at::Tensor& amaxes) { amaxes.mul_(2); });
+  torch::manual_seed(3);
+  fp8::Linear a(fp8::LinearOptions(kIn, kOut).amax_history_len(2));
+  torch::manual_seed(3);
+  fp8::Linear b(fp8::LinearOptions(kIn, kOut).amax_history_len(2));
+  const at::Tensor x = torch::randn({4, kIn}), r = torch::randn({4, kOut});
+  run(a, &failing, x, r);
+  run(b, &reference, x, r);
+  EXPECT_THROW({ fp8::Autocast scope(failing); }, std::runtime_error);
+  EXPECT_TRUE(bitwise_equal(a->scale, torch::ones({3})));  // nothing changed
+  { fp8::Autocast retry(failing); }
+  { fp8::Autocast once(reference); }
+  EXPECT_FALSE(bitwise_equal(b->scale, torch::ones({3})));
+  EXPECT_TRUE(bitwise_equal(a->amax_history, b->amax_history));
+  EXPECT_TRUE(bitwise_equal(a->scale, b->scale));
+  EXPECT_TRUE(bitwise_equal(a->scale_inv, b->scale_inv));
 }
 
 TEST(Fp8LinearTest, StateRoundTripsThroughTorchSave) {

@@ -75,6 +75,19 @@ std::vector<DelayedEntry> RecipeState::take() {
   return std::exchange(entries_, {});
 }
 
+void RecipeState::restore(std::vector<DelayedEntry> taken) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<DelayedEntry> since = std::exchange(entries_, {});
+  recorded_.clear();
+  for (auto* part : {&taken, &since}) {
+    for (DelayedEntry& e : *part) {
+      if (recorded_.emplace(e.amax_history.unsafeGetTensorImpl(), e.column).second) {
+        entries_.push_back(std::move(e));
+      }
+    }
+  }
+}
+
 std::function<void(at::Tensor&)> RecipeState::reduction() {
   const std::lock_guard<std::mutex> lock(mutex_);
   return reduce_;
@@ -359,25 +372,38 @@ void Recipe::set_amax_reduction(std::function<void(at::Tensor&)> reduce) {
 // gradient accumulation, or a branch not taken), which shifted their windows with zeros and
 // changed their scales. Here the casts record which (history, column) they wrote since the last
 // update (RecipeState::record), and only those are reduced, updated and rolled.
+// Note [An update whose collective throws]
+// The amax reduction is a collective (an all-reduce across ranks) and may throw: a timeout, a
+// peer gone. It runs on a copy of the iteration's amaxes, so nothing has changed yet when it
+// throws; the tensors taken for the update are put back (RecipeState::restore), and the next
+// update (a retry, or the next iteration's) reduces the same amaxes, in the same order, on every
+// rank. Dropping them instead would give the ranks different scales from then on.
 void Recipe::update() {
   std::vector<detail::DelayedEntry> entries = state_->take();
   if (entries.empty()) return;
   c10::NoGradGuard no_grad;
   if (const auto reduce = state_->reduction()) {
-    // Every slot-0 amax in one float32 tensor (first-cast order) on the first tensor's device,
-    // reduced by the caller's collective, and written back.
-    const c10::Device device = entries.front().amax_history.device();
-    std::vector<at::Tensor> slots;
-    slots.reserve(entries.size());
-    for (const auto& e : entries) {
-      slots.push_back(mixprec::detail::to_device(e.amax_history[0][e.column], device));
+    at::Tensor amaxes;
+    try {
+      // Every slot-0 amax in one float32 tensor (first-cast order) on the first tensor's device,
+      // reduced by the caller's collective.
+      const c10::Device device = entries.front().amax_history.device();
+      std::vector<at::Tensor> slots;
+      slots.reserve(entries.size());
+      for (const auto& e : entries) {
+        slots.push_back(mixprec::detail::to_device(e.amax_history[0][e.column], device));
+      }
+      amaxes = at::stack(slots);
+      reduce(amaxes);
+      TORCH_CHECK(amaxes.scalar_type() == at::kFloat &&
+                      amaxes.numel() == static_cast<std::int64_t>(entries.size()),
+                  "fp8::Recipe: the amax reduction must leave its float32 tensor of ",
+                  entries.size(), " amaxes in place, got ", amaxes.numel(), " of ",
+                  amaxes.scalar_type());
+    } catch (...) {
+      state_->restore(std::move(entries));
+      throw;
     }
-    at::Tensor amaxes = at::stack(slots);
-    reduce(amaxes);
-    TORCH_CHECK(amaxes.scalar_type() == at::kFloat &&
-                    amaxes.numel() == static_cast<std::int64_t>(entries.size()),
-                "fp8::Recipe: the amax reduction must leave its float32 tensor of ", entries.size(),
-                " amaxes in place, got ", amaxes.numel(), " of ", amaxes.scalar_type());
     for (std::size_t i = 0; i < entries.size(); ++i) {
       entries[i].amax_history[0][entries[i].column].copy_(amaxes[static_cast<std::int64_t>(i)]);
     }

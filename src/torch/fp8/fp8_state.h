@@ -82,6 +82,10 @@ struct RecipeState {
 
   /// Takes the recorded entries, leaving none.
   std::vector<DelayedEntry> take();
+  /// Puts entries taken by an update that failed before it changed anything back in front of
+  /// those recorded since, so that a retry reduces and updates the same tensors (Note [An update
+  /// whose collective throws]).
+  void restore(std::vector<DelayedEntry> taken);
 
   /// The amax reduction, or an empty function.
   std::function<void(at::Tensor&)> reduction();
