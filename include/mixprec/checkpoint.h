@@ -39,7 +39,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 /// `torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
 /// "scaler": scaler.state_dict()}, path)`. Every entry is checked before anything changes:
 /// on a missing key, a shape mismatch or an optimizer of another kind or layout it throws
-/// c10::Error naming what differs, and model, optimizer and scaler are as they were.
+/// c10::Error naming what differs, and model, optimizer and scaler are as they were. The file is
+/// read as pickle_load reads bytes (docs/checkpoints.md), each storage straight from the file.
 void load_checkpoint(const std::string& path, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, GradScaler& scaler);
 
@@ -69,9 +70,14 @@ c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optim
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer,
                                const c10::impl::GenericDict& state_dict);
 
-/// torch::pickle_load that also reads what Python's torch.save writes for an OrderedDict (the
-/// type of `model.state_dict()`), as a dict; LibTorch's own refuses those files with "Expected
-/// GenericDict but got None" (pytorch/pytorch#36577). Tensors are loaded on the CPU.
+/// The value in a torch.save file's bytes (Python's torch.save, torch::pickle_save,
+/// pickle_save_untagged), read by mixprec's own zip reader and restricted unpickler, made for
+/// untrusted files (docs/checkpoints.md): only state dicts' values and dense tensors, every
+/// storage a record of exactly its size, every tensor inside its storage, limits on nesting,
+/// sharing and dict keys. An `OrderedDict` (the type of `model.state_dict()`) is a dict, which
+/// LibTorch's torch::pickle_load refuses (pytorch/pytorch#36577). Tensors are on the CPU, each
+/// storage read once and shared as torch.load shares it. Anything refused throws c10::Error,
+/// naming what and where, and nothing else is thrown.
 c10::IValue pickle_load(const std::vector<char>& bytes);
 
 }  // namespace mixprec

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "value_dump.h"
 
 namespace {
 
@@ -333,6 +334,24 @@ TEST(CheckpointTest, PythonOnlyKeysAreIgnoredAndNumbersMayBeIntsOrTensors) {
   const auto& options = static_cast<const torch::optim::AdamOptions&>(opt.param_groups()[0].options());
   EXPECT_EQ(options.lr(), 0.25);
   EXPECT_EQ(options.weight_decay(), 0.0);
+}
+
+// Files Python's torch.save wrote (tests/fixtures/torch_save_<version>.pt, by
+// tests/python/unpickle_interop.py --write-fixture with torch 2.6 and 2.15: checkpoints, optimizer
+// states, parameters, views of one storage, every dtype LibTorch 1.13 has, nested values) load on
+// every LibTorch as torch.load loaded them (.dump: its text, tests/value_dump.h).
+TEST(CheckpointTest, TorchSaveFixturesLoadAsTorchLoadLoadsThem) {
+  int files = 0;
+  for (const char* version : {"2_6", "2_15"}) {
+    const std::string path = fixture(std::string("torch_save_") + version + ".pt");
+    std::ifstream dump(path.substr(0, path.size() - 3) + ".dump");
+    std::string want;
+    ASSERT_TRUE(std::getline(dump, want)) << path;
+    const std::string got = mixprec::test::ValueDump()(mixprec::pickle_load(read_bytes(path)));
+    EXPECT_EQ(got, want) << path;
+    ++files;
+  }
+  EXPECT_EQ(files, 2);
 }
 
 }  // namespace

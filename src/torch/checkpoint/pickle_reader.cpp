@@ -443,6 +443,9 @@ class Reader {
       if (name == "build_boollist") return add_global(Global::kBuildBoolList);
       if (name == "build_tensorlist") return add_global(Global::kBuildTensorList);
     }
+    if (is("torch.storage", "UntypedStorage")) {  // Python's module for it; LibTorch's "torch"
+      return add_global(Global::kStorageType, static_cast<int>(Dtype::kUntyped));
+    }
     if (module == "torch") {
       for (int d = 0; d < kNumDtypes; ++d) {
         if (name == kDtypes[d].storage) return add_global(Global::kStorageType, d);
