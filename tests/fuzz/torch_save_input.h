@@ -40,7 +40,7 @@ struct Input {
 };
 
 constexpr std::size_t kHeaderSize = 7;
-constexpr std::size_t kMaxRecords = 64;
+constexpr std::size_t kMaxRecords = 128;  // torch_save_2_15.pt has 79
 
 inline std::uint32_t get_u32(const std::uint8_t* p) {
   return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
@@ -100,9 +100,10 @@ inline std::string serialize(const Input& in) {
   return out;
 }
 
-/// A record name miniz writes as given: [A-Za-z0-9_.-/], not starting with '/'.
+/// A record name miniz writes as given: [A-Za-z0-9_.-/], not starting or ending with '/' (a
+/// folder's entry).
 inline bool writable_name(const std::string& name) {
-  if (name.empty() || name[0] == '/' || name.size() > 200) return false;
+  if (name.empty() || name.front() == '/' || name.back() == '/' || name.size() > 200) return false;
   for (const char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '.' || c == '-' || c == '/';
@@ -215,10 +216,9 @@ inline void change_zip(std::vector<char>& zip, const Input& in) {
   }
 }
 
-/// The archive of an input: data.pkl first, then the records in order (a name given twice, or
-/// one miniz would not write, is skipped; the writer adds `version` when no record is named so),
-/// then the input's zip change. `folder` is the folder the records are in ("archive", as
-/// LibTorch writes; Python names it after the file).
+/// The archive of an input, in the folder "archive" as LibTorch writes it: data.pkl first, then
+/// the records in order (a name given twice, or one miniz would not write, is skipped), then the
+/// input's zip change.
 inline std::vector<char> write_archive(const Input& in) {
   std::vector<char> zip;
   {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,17 +182,29 @@ void read_sgd_options(const GenericDict& g, SGDOptions& o) {
   o.nesterov(flag(g, "nesterov", o.nesterov()));
 }
 
+// The storages the state tensors of one load use, so that no two of them share one.
+using Storages = std::set<const void*>;
+
 // A state tensor as the parameter holds it (Python's load casts it to the parameter's dtype and
-// device too).
+// device too). No copy where dtype and device already match, unless the loaded tensor overlaps
+// itself (an expanded stride) or shares its storage with another state tensor of this load: an
+// optimizer's in-place updates must not reach another tensor's elements.
 at::Tensor state_tensor(const GenericDict& state, const char* key, const at::Tensor& param,
-                        std::int64_t index) {
+                        std::int64_t index, Storages& taken) {
   const IValue* v = find(state, key);
   TORCH_CHECK(v != nullptr && v->isTensor(), kLoadOptimizer, ": the state of parameter ", index,
               " has no tensor \"", key, "\"");
   const at::Tensor& t = v->toTensor();
   TORCH_CHECK(t.sizes() == param.sizes(), kLoadOptimizer, ": \"", key, "\" of parameter ", index,
               " has shape ", t.sizes(), " but the parameter has ", param.sizes());
-  return t.to(param.device(), param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor out = t.to(param.device(), param.scalar_type());
+  const void* storage = out.storage().data();
+  if (!out.is_non_overlapping_and_dense() ||
+      (out.numel() > 0 && !taken.insert(storage).second)) {
+    out = out.clone(at::MemoryFormat::Contiguous);
+    taken.insert(out.storage().data());
+  }
+  return out.detach();
 }
 
 std::int64_t step_value(const GenericDict& state, std::int64_t index) {
@@ -217,12 +230,13 @@ template <typename State>
 std::unique_ptr<torch::optim::OptimizerParamState> read_adam_state(const GenericDict& s,
                                                                    const at::Tensor& param,
                                                                    bool amsgrad,
-                                                                   std::int64_t index) {
+                                                                   std::int64_t index,
+                                                                   Storages& taken) {
   auto state = std::make_unique<State>();
   state->step(step_value(s, index));
-  state->exp_avg(state_tensor(s, "exp_avg", param, index));
-  state->exp_avg_sq(state_tensor(s, "exp_avg_sq", param, index));
-  if (amsgrad) state->max_exp_avg_sq(state_tensor(s, "max_exp_avg_sq", param, index));
+  state->exp_avg(state_tensor(s, "exp_avg", param, index, taken));
+  state->exp_avg_sq(state_tensor(s, "exp_avg_sq", param, index, taken));
+  if (amsgrad) state->max_exp_avg_sq(state_tensor(s, "max_exp_avg_sq", param, index, taken));
   return state;
 }
 
@@ -245,6 +259,7 @@ detail::Commit detail::plan_optimizer_load(torch::optim::Optimizer& optimizer,
               "loaded state dict has a different number of parameter groups");
 
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
+  Storages taken;
   std::vector<std::pair<at::Tensor, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const IValue group_value = groups.get(i);
@@ -286,13 +301,13 @@ detail::Commit detail::plan_optimizer_load(torch::optim::Optimizer& optimizer,
           const IValue* buffer = find(s, "momentum_buffer");
           if (buffer != nullptr && !buffer->isNone()) {
             auto sgd = std::make_unique<SGDParamState>();
-            sgd->momentum_buffer(state_tensor(s, "momentum_buffer", param, index));
+            sgd->momentum_buffer(state_tensor(s, "momentum_buffer", param, index, taken));
             state = std::move(sgd);
           }
         } else if (kind == OptimKind::kAdam) {
-          state = read_adam_state<AdamParamState>(s, param, amsgrad, index);
+          state = read_adam_state<AdamParamState>(s, param, amsgrad, index, taken);
         } else {
-          state = read_adam_state<AdamWParamState>(s, param, amsgrad, index);
+          state = read_adam_state<AdamWParamState>(s, param, amsgrad, index, taken);
         }
       }
       states.emplace_back(param, std::move(state));
