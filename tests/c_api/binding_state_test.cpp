@@ -14,6 +14,7 @@
 #include "mixprec/checkpoint.h"
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
+#include "torch/crafted_files.h"
 
 namespace mixprec::c_api_test {
 namespace {
@@ -207,7 +208,12 @@ TEST_P(BindingOptimizerStateTest, BadBytesChangeNothing) {
   const std::vector<char> before = c_optimizer_bytes(c.optimizers[1]);
   const std::vector<char> scaler_bytes = c_state_bytes(c.scaler.get());  // a dict, not the kind
   const std::vector<char> junk = {'n', 'o', 't', ' ', 'a', ' ', 'p', 'i', 'c', 'k', 'l', 'e'};
-  for (const std::vector<char>* bytes : {&scaler_bytes, &junk}) {
+  // A storage count of -1 (3e5db6a: LibTorch's unpickler then copied the process's own memory
+  // into the optimizer's state, or crashed).
+  test::Pickle negative;
+  negative.op('}').str("state").tensor("FloatStorage", "0", -1, 0, {4}, {1}).op('s');
+  const std::vector<char> crafted = test::archive(negative.stop(), {{"data/0", ""}});
+  for (const std::vector<char>* bytes : {&scaler_bytes, &junk, &crafted}) {
     EXPECT_NE(c.optimizers[1].load_state_dict(bytes->data(), bytes->size()), MIXPREC_OK);
     EXPECT_NE(std::string(mixprec_last_error()), "");
     EXPECT_EQ(c_optimizer_bytes(c.optimizers[1]), before);

@@ -7,7 +7,14 @@
 #include <mixprec/mixprec.h>
 #include <torch/torch.h>
 
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
 #include <fstream>
 #include <tuple>
 #include <random>
@@ -183,6 +190,86 @@ TEST(UntrustedFileTest, KeysThatCollideInLibTorchsHashTableAreRefused) {
   EXPECT_EQ(pickle_load(archive(ints.op('u').stop())).toGenericDict().size(), 100000u);
 }
 
+// ---- memory ---------------------------------------------------------------------------------
+
+// The peak RSS that `f` adds, measured in a forked child (fresh pages; the peak reset first).
+std::int64_t peak_extra_bytes(const std::function<void()>& f) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t child = fork();
+  if (child == 0) {
+    auto status = [](const char* field) {
+      std::ifstream in("/proc/self/status");
+      for (std::string line; std::getline(in, line);) {
+        if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field))) * 1024;
+      }
+      return -1LL;
+    };
+    malloc_trim(0);
+    std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+    const long long before = status("VmRSS:");
+    long long extra = -1;
+    try {
+      f();
+      extra = status("VmHWM:") - before;
+    } catch (...) {
+    }
+    (void)!write(fds[1], &extra, sizeof extra);
+    _exit(0);
+  }
+  close(fds[1]);
+  long long extra = -1;
+  (void)!read(fds[0], &extra, sizeof extra);
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  return extra;
+}
+
+// Allocation stays within a small multiple of the pickle (docs/checkpoints.md): pickles of
+// ~2 MB built to make as many values per byte as the opcodes allow.
+TEST(UntrustedFileTest, AllocationStaysWithinASmallMultipleOfThePickle) {
+  constexpr int kN = 100000;
+  std::vector<std::pair<std::string, std::string>> cases;
+  {
+    Pickle p;  // a list of 10^6 empty lists: 2 bytes each
+    p.op(']');
+    for (int i = 0; i < 10 * kN; ++i) p.op("]a");
+    cases.emplace_back("empty lists", p.stop());
+  }
+  {
+    Pickle p;  // a dict of 3 * 10^5 int keys: 7 bytes an item
+    p.op('}').mark();
+    for (int i = 0; i < 3 * kN; ++i) {
+      p.op('J').op(std::string(reinterpret_cast<const char*>(&i), 4)).small(1);
+    }
+    cases.emplace_back("dict items", p.op('u').stop());
+  }
+  {
+    Pickle p;  // 10^5 tensors on one storage, each from its own argument tuple: 20 bytes each
+    p.op(']').global("torch._utils", "_rebuild_tensor_v2").put(0).mark();  // the first, memoized
+    p.storage("FloatStorage", "0", 4).put(1).small(0).small(4).op('\x85').put(2).small(1);
+    p.op('\x85').put(3).op('\x89').op("ccollections\nOrderedDict\n)R").put(4).op("tRa");
+    for (int i = 0; i < kN; ++i) p.get(0).mark().get(1).small(0).get(2).get(3).op('\x89').get(4).op("tRa");
+    cases.emplace_back("tensors", p.stop());
+  }
+  {
+    Pickle p;  // one str in a list 10^6 times: 3 bytes each
+    p.op(']').str("x").put(0).op('a');
+    for (int i = 0; i < 10 * kN; ++i) p.get(0).op('a');
+    cases.emplace_back("shared strs", p.stop());
+  }
+  for (const auto& [name, pickle] : cases) {
+    const std::vector<char> file = archive(pickle, {{"data/0", kFour}});
+    std::vector<char> copy = file;  // the file's own bytes are the caller's
+    const std::int64_t extra = peak_extra_bytes([&] { (void)pickle_load(copy); });
+    const double ratio = static_cast<double>(extra) / static_cast<double>(pickle.size());
+    std::printf("%-12s pickle %zu bytes: peak +%lld bytes, %.1f x the pickle\n", name.c_str(),
+                pickle.size(), static_cast<long long>(extra), ratio);
+    EXPECT_GT(extra, 0) << name;
+    EXPECT_LE(ratio, 96.0) << name;
+  }
+}
+
 // ---- opcodes, globals and the stack --------------------------------------------------------
 
 TEST(UntrustedFileTest, OnlyTheOpcodesAndGlobalsOfStateDictsAreRead) {
@@ -312,16 +399,24 @@ TEST(UntrustedFileTest, BigEndianFilesAreSwappedAsTorchLoadSwapsThem) {
 // ---- loads are all or nothing ----------------------------------------------------------------
 
 // 3e5db6a: a sparse tensor in the model dict threw at commit time, after the scaler's scale
-// (1024 -> 8) and a weight had changed.
+// (1024 -> 8) and a weight had changed. Now model, optimizer and scaler change together or not.
 TEST(UntrustedFileTest, ARefusedCheckpointChangesNothing) {
   torch::nn::Linear model(torch::nn::LinearOptions(2, 1).bias(false));
-  torch::optim::SGD opt(model->parameters(), 0.1);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  model->weight.mutable_grad() = torch::ones({1, 2});
+  opt.step();  // a momentum buffer to keep
   mixprec::GradScaler scaler(mixprec::GradScalerOptions().init_scale(1024));
   const torch::Tensor weight = model->weight.detach().clone();
+  const auto lr = [&] {
+    return static_cast<torch::optim::SGDOptions&>(opt.param_groups()[0].options()).lr();
+  };
   auto checkpoint = [&](const std::string& model_entry, const std::string& scaler_entry) {
+    Pickle optimizer;  // {"state": {}, "param_groups": [{"lr": 0.5, "params": [0]}]}
+    optimizer.op('}').mark().str("state").op('}').str("param_groups").op(']').op('}').mark();
+    optimizer.str("lr").op(raw("G?\xe0\x00\x00\x00\x00\x00\x00")).str("params").op(']');
+    optimizer.small(0).op('a').op('u').op('a').op('u');
     Pickle p;
-    p.op('}').mark().str("model").op('}').op(model_entry).str("optimizer");
-    p.op(mixprec::test::pickle_body(mixprec::optimizer_state_dict(opt)));
+    p.op('}').mark().str("model").op('}').op(model_entry).str("optimizer").op(optimizer.body());
     p.str("scaler").op(scaler_entry).op('u');
     const std::string path = ::testing::TempDir() + "mixprec_untrusted_checkpoint.pt";
     const std::vector<char> bytes = archive(p.stop(), {{"data/0", float_bytes({5, 6})}});
@@ -332,27 +427,29 @@ TEST(UntrustedFileTest, ARefusedCheckpointChangesNothing) {
       mixprec::GradScaler(mixprec::GradScalerOptions().init_scale(8)).state_dict());
   Pickle weight_entry;
   weight_entry.str("weight").tensor("FloatStorage", "0", 2, 0, {1, 2}, {2, 1}).op('s');
-  // A sparse weight, then a scaler the constructor would refuse: nothing changes.
-  Pickle sparse;
+  Pickle sparse;  // a sparse weight
   sparse.str("weight").global("torch._utils", "_rebuild_sparse_tensor");
-  Pickle bad_scaler;
-  bad_scaler.op('}').mark().str("scale").op(std::string("G@ \x00\x00\x00\x00\x00\x00", 9));
-  bad_scaler.str("growth_factor").op(std::string("G?\xe0\x00\x00\x00\x00\x00\x00", 9));
-  bad_scaler.str("backoff_factor").op(std::string("G?\xe0\x00\x00\x00\x00\x00\x00", 9));
+  Pickle bad_scaler;  // growth_factor 0.5, which no constructor takes
+  bad_scaler.op('}').mark().str("scale").op(raw("G@ \x00\x00\x00\x00\x00\x00"));
+  bad_scaler.str("growth_factor").op(raw("G?\xe0\x00\x00\x00\x00\x00\x00"));
+  bad_scaler.str("backoff_factor").op(raw("G?\xe0\x00\x00\x00\x00\x00\x00"));
   bad_scaler.str("growth_interval").small(10).str("_growth_tracker").small(0).op('u');
   for (const auto& [model_entry, scaler_entry, what] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
-           {mixprec::test::body(sparse), good_scaler, "it rebuilds a sparse tensor"},
-           {mixprec::test::body(weight_entry), mixprec::test::body(bad_scaler),
-            "growth_factor must be > 1.0, got 0.5"}}) {
+           {sparse.body(), good_scaler, "it rebuilds a sparse tensor"},
+           {weight_entry.body(), bad_scaler.body(), "growth_factor must be > 1.0, got 0.5"}}) {
     EXPECT_THROW_WITH(mixprec::load_checkpoint(checkpoint(model_entry, scaler_entry), *model, opt, scaler), what);
     EXPECT_EQ(scaler.get_scale(), 1024.0);
     EXPECT_TRUE(torch::equal(model->weight, weight));
+    EXPECT_EQ(lr(), 0.1);
+    EXPECT_EQ(opt.state().size(), 1u);
   }
   // The same file with a good scaler loads all three.
-  mixprec::load_checkpoint(checkpoint(mixprec::test::body(weight_entry), good_scaler), *model, opt, scaler);
+  mixprec::load_checkpoint(checkpoint(weight_entry.body(), good_scaler), *model, opt, scaler);
   EXPECT_EQ(scaler.get_scale(), 8.0);
   EXPECT_EQ(model->weight[0][1].item<float>(), 6.0f);
+  EXPECT_EQ(lr(), 0.5);
+  EXPECT_TRUE(opt.state().empty());  // Python's load replaces the whole state
 }
 
 }  // namespace
