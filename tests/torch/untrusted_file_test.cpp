@@ -24,6 +24,14 @@
 #include "crafted_files.h"
 #include "test_util.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MIXPREC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MIXPREC_ASAN 1
+#endif
+#endif
+
 namespace {
 
 using mixprec::pickle_load;
@@ -266,7 +274,9 @@ TEST(UntrustedFileTest, AllocationStaysWithinASmallMultipleOfThePickle) {
     std::printf("%-12s pickle %zu bytes: peak +%lld bytes, %.1f x the pickle\n", name.c_str(),
                 pickle.size(), static_cast<long long>(extra), ratio);
     EXPECT_GT(extra, 0) << name;
+#ifndef MIXPREC_ASAN  // under ASan, its redzones and quarantine are most of the peak
     EXPECT_LE(ratio, 96.0) << name;
+#endif
   }
 }
 
