@@ -278,6 +278,31 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_state_dict(mixprec_grad_scaler* s, void
 MIXPREC_C_EXPORT int mixprec_grad_scaler_load_state_dict(mixprec_grad_scaler* s,
                                                          const void* data, size_t size);
 
+/* ---- files and streams -------------------------------------------------------------------- */
+
+/** A binding's writer: appends `size` bytes at `data` to its stream; returns 0 when all of them
+ *  were written, anything else on failure (the save then fails, saying so). */
+typedef int (*mixprec_write_fn)(void* context, const void* data, size_t size);
+/** A binding's reader: reads exactly `size` bytes at byte `offset` of its stream into `buffer`;
+ *  returns 0 on success, anything else on failure. Reads are random-access (a zip archive is
+ *  read from its end first) and never past the size given to the load. */
+typedef int (*mixprec_read_fn)(void* context, uint64_t offset, void* buffer, size_t size);
+
+/** The scaler's state_dict bytes (as mixprec_grad_scaler_state_dict) written to the file at
+ *  `path` as every mixprec save is (docs/checkpoints.md): a new file beside it, fsynced and
+ *  renamed over it, the folder fsynced; a symlink at `path` is written through. On failure the
+ *  file is as it was. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_save(mixprec_grad_scaler* s, const char* path);
+/** Loads the file at `path` (mixprec_grad_scaler_save's, or Python's
+ *  torch.save(scaler.state_dict(), path)), read in place. A bad file changes nothing. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_load(mixprec_grad_scaler* s, const char* path);
+/** The state_dict bytes handed to `write` as they are made: no copy of them is held. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_save_to(mixprec_grad_scaler* s, mixprec_write_fn write,
+                                                 void* context);
+/** Loads `size` bytes read through `read` (a binding's stream), without copying the stream. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_load_from(mixprec_grad_scaler* s, mixprec_read_fn read,
+                                                   void* context, uint64_t size);
+
 /* ---- fused optimizers (mixprec::optim) ----------------------------------------------------- */
 
 /* Create mixprec's fused SGD, Adam or AdamW over `params` (n torch::Tensor*, one param group)
@@ -340,6 +365,22 @@ MIXPREC_C_EXPORT int mixprec_optimizer_load_state_dict(void* optimizer, const vo
                                                        size_t size);
 MIXPREC_C_EXPORT int mixprec_optimizer_load_state_dict_shared(void* shared_optimizer,
                                                               const void* data, size_t size);
+/** The optimizer's state_dict bytes (as mixprec_optimizer_state_dict) written durably to
+ *  `path`, handed to `write`, or loaded from `path` or through `read`, as the scaler's calls
+ *  above do. */
+MIXPREC_C_EXPORT int mixprec_optimizer_save(void* optimizer, const char* path);
+MIXPREC_C_EXPORT int mixprec_optimizer_save_shared(void* shared_optimizer, const char* path);
+MIXPREC_C_EXPORT int mixprec_optimizer_load(void* optimizer, const char* path);
+MIXPREC_C_EXPORT int mixprec_optimizer_load_shared(void* shared_optimizer, const char* path);
+MIXPREC_C_EXPORT int mixprec_optimizer_save_to(void* optimizer, mixprec_write_fn write,
+                                               void* context);
+MIXPREC_C_EXPORT int mixprec_optimizer_save_to_shared(void* shared_optimizer,
+                                                      mixprec_write_fn write, void* context);
+MIXPREC_C_EXPORT int mixprec_optimizer_load_from(void* optimizer, mixprec_read_fn read,
+                                                 void* context, uint64_t size);
+MIXPREC_C_EXPORT int mixprec_optimizer_load_from_shared(void* shared_optimizer,
+                                                        mixprec_read_fn read, void* context,
+                                                        uint64_t size);
 /** Frees a buffer this API allocated (out_bytes). NULL is a no-op. */
 MIXPREC_C_EXPORT void mixprec_bytes_free(void* bytes);
 

@@ -11,10 +11,12 @@
 #include "c/guard.h"
 #include "c/handles.h"
 #include "c/options.h"
+#include "c/streams.h"
 #include "mixprec/c_api.h"
 #include "mixprec/checkpoint.h"
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
+#include "torch/checkpoint/saving.h"
 #include "torch/checkpoint/unpickle.h"
 
 static_assert(MIXPREC_C_ABI == MIXPREC_C_ABI_VERSION,
@@ -100,6 +102,17 @@ int last_step_found_inf_with(mixprec_grad_scaler* s,
     void*& out = out_arg(out_tensor, call, "out_tensor");
     out = new_tensor_handle(scaler.last_step_found_inf(opt));
   });
+}
+
+// Loads a scaler from a checked source (mixprec's reader of untrusted bytes: unpickle.h).
+void load_scaler(GradScaler& scaler, std::unique_ptr<mixprec::detail::ByteSource> source,
+                 const char* call) {
+  const c10::IValue value = mixprec::detail::load_torch_save(std::move(source));
+  if (!value.isGenericDict()) {
+    throw Failure{MIXPREC_ERROR_RUNTIME, std::string(call) + ": the bytes hold a " +
+                                                             value.tagKind() + ", not a state dict"};
+  }
+  scaler.load_state_dict(value.toGenericDict());
 }
 
 }  // namespace
@@ -353,15 +366,42 @@ int mixprec_grad_scaler_load_state_dict(mixprec_grad_scaler* s, const void* data
   const char* call = "mixprec_grad_scaler_load_state_dict";
   return guarded([&] {
     mixprec::GradScaler& scaler = scaler_arg(s, call);
-    // Read in place, not copied (mixprec's reader of untrusted bytes: unpickle.h).
-    const c10::IValue value = mixprec::detail::load_torch_save(
-        mixprec::detail::memory_source(require(data, call, "data"), size));
-    if (!value.isGenericDict()) {
-      throw mixprec::c_api::Failure{MIXPREC_ERROR_RUNTIME,
-                                    std::string(call) + ": the bytes hold a " +
-                                        value.tagKind() + ", not a state dict"};
-    }
-    scaler.load_state_dict(value.toGenericDict());
+    // Read in place, not copied.
+    mixprec::c_api::load_scaler(scaler, mixprec::detail::memory_source(require(data, call, "data"), size), call);
+  });
+}
+
+int mixprec_grad_scaler_save(mixprec_grad_scaler* s, const char* path) {
+  const char* call = "mixprec_grad_scaler_save";
+  return guarded([&] {
+    const mixprec_grad_scaler* handle = require(s, call, "scaler");
+    mixprec::detail::save_untagged(require(path, call, "path"), handle->scaler.state_dict(), call);
+  });
+}
+
+int mixprec_grad_scaler_load(mixprec_grad_scaler* s, const char* path) {
+  const char* call = "mixprec_grad_scaler_load";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    mixprec::c_api::load_scaler(scaler, mixprec::detail::file_source(require(path, call, "path")), call);
+  });
+}
+
+int mixprec_grad_scaler_save_to(mixprec_grad_scaler* s, mixprec_write_fn write, void* context) {
+  const char* call = "mixprec_grad_scaler_save_to";
+  return guarded([&] {
+    const mixprec_grad_scaler* handle = require(s, call, "scaler");
+    mixprec::detail::write_untagged(handle->scaler.state_dict(),
+                                    mixprec::c_api::callback_sink(write, context, call));
+  });
+}
+
+int mixprec_grad_scaler_load_from(mixprec_grad_scaler* s, mixprec_read_fn read, void* context,
+                                  uint64_t size) {
+  const char* call = "mixprec_grad_scaler_load_from";
+  return guarded([&] {
+    mixprec::GradScaler& scaler = scaler_arg(s, call);
+    mixprec::c_api::load_scaler(scaler, mixprec::c_api::callback_source(read, context, size, call), call);
   });
 }
 

@@ -5,6 +5,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -14,10 +16,12 @@
 
 #include "c/guard.h"
 #include "c/handles.h"
+#include "c/streams.h"
 #include "mixprec/c_api.h"
 #include "mixprec/checkpoint.h"
 #include "mixprec/optim.h"
 #include "mixprec/serialize.h"
+#include "torch/checkpoint/saving.h"
 #include "torch/checkpoint/unpickle.h"
 
 namespace mixprec::c_api {
@@ -89,27 +93,72 @@ int state_dict(OptimizerArg get, void* optimizer, void** out_bytes, std::size_t*
     const torch::optim::Optimizer& opt = get(optimizer, call);
     void*& bytes_out = out_arg(out_bytes, call, "out_bytes");
     std::size_t& size_out = out_arg(out_size, call, "out_size");
-    const std::vector<char> bytes = pickle_save_untagged(optimizer_state_dict(opt));
-    void* buffer = std::malloc(bytes.empty() ? 1 : bytes.size());
-    if (buffer == nullptr) throw std::bad_alloc();
-    std::memcpy(buffer, bytes.data(), bytes.size());
-    bytes_out = buffer;
-    size_out = bytes.size();
+    // Written straight into the caller's buffer as it is made: one copy of the bytes, not two.
+    std::unique_ptr<char, decltype(&std::free)> buffer(nullptr, &std::free);
+    std::size_t size = 0, capacity = 0;
+    detail::write_untagged(optimizer_state_dict(opt), [&](const void* data, std::size_t n) {
+      if (size + n > capacity) {
+        capacity = std::max(size + n, 2 * capacity);
+        void* grown = std::realloc(buffer.get(), capacity);
+        if (grown == nullptr) throw std::bad_alloc();
+        (void)buffer.release();
+        buffer.reset(static_cast<char*>(grown));
+      }
+      std::memcpy(buffer.get() + size, data, n);
+      size += n;
+    });
+    bytes_out = buffer.release();
+    size_out = size;
   });
+}
+
+// Loads an optimizer from a checked source (mixprec's reader of untrusted bytes: unpickle.h).
+void load_from_source(torch::optim::Optimizer& opt,
+                      std::unique_ptr<detail::ByteSource> source, const char* call) {
+  const c10::IValue value = detail::load_torch_save(std::move(source));
+  if (!value.isGenericDict()) {
+    throw Failure{MIXPREC_ERROR_RUNTIME,
+                  std::string(call) + ": the bytes hold a " + value.tagKind() + ", not a state dict"};
+  }
+  load_optimizer_state_dict(opt, value.toGenericDict());
 }
 
 int load_state_dict(OptimizerArg get, void* optimizer, const void* data, std::size_t size,
                     const char* call) {
   return guarded([&] {
     torch::optim::Optimizer& opt = get(optimizer, call);
-    // Read in place, not copied (mixprec's reader of untrusted bytes: unpickle.h).
-    const c10::IValue value =
-        mixprec::detail::load_torch_save(mixprec::detail::memory_source(require(data, call, "data"), size));
-    if (!value.isGenericDict()) {
-      throw Failure{MIXPREC_ERROR_RUNTIME, std::string(call) + ": the bytes hold a " +
-                                               value.tagKind() + ", not a state dict"};
-    }
-    load_optimizer_state_dict(opt, value.toGenericDict());
+    // Read in place, not copied.
+    load_from_source(opt, detail::memory_source(require(data, call, "data"), size), call);
+  });
+}
+
+int save(OptimizerArg get, void* optimizer, const char* path, const char* call) {
+  return guarded([&] {
+    const torch::optim::Optimizer& opt = get(optimizer, call);
+    detail::save_untagged(require(path, call, "path"), optimizer_state_dict(opt), call);
+  });
+}
+
+int load(OptimizerArg get, void* optimizer, const char* path, const char* call) {
+  return guarded([&] {
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    load_from_source(opt, detail::file_source(require(path, call, "path")), call);
+  });
+}
+
+int save_to(OptimizerArg get, void* optimizer, mixprec_write_fn write, void* context,
+            const char* call) {
+  return guarded([&] {
+    const torch::optim::Optimizer& opt = get(optimizer, call);
+    detail::write_untagged(optimizer_state_dict(opt), callback_sink(write, context, call));
+  });
+}
+
+int load_from(OptimizerArg get, void* optimizer, mixprec_read_fn read, void* context,
+              std::uint64_t size, const char* call) {
+  return guarded([&] {
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    load_from_source(opt, callback_source(read, context, size, call), call);
   });
 }
 
@@ -214,6 +263,40 @@ int mixprec_optimizer_load_state_dict_shared(void* shared_optimizer, const void*
                                              size_t size) {
   return mixprec::c_api::load_state_dict(&shared_optimizer_arg, shared_optimizer, data, size,
                                          "mixprec_optimizer_load_state_dict_shared");
+}
+
+int mixprec_optimizer_save(void* optimizer, const char* path) {
+  return mixprec::c_api::save(&optimizer_arg, optimizer, path, "mixprec_optimizer_save");
+}
+int mixprec_optimizer_save_shared(void* shared_optimizer, const char* path) {
+  return mixprec::c_api::save(&shared_optimizer_arg, shared_optimizer, path,
+                              "mixprec_optimizer_save_shared");
+}
+int mixprec_optimizer_load(void* optimizer, const char* path) {
+  return mixprec::c_api::load(&optimizer_arg, optimizer, path, "mixprec_optimizer_load");
+}
+int mixprec_optimizer_load_shared(void* shared_optimizer, const char* path) {
+  return mixprec::c_api::load(&shared_optimizer_arg, shared_optimizer, path,
+                              "mixprec_optimizer_load_shared");
+}
+int mixprec_optimizer_save_to(void* optimizer, mixprec_write_fn write, void* context) {
+  return mixprec::c_api::save_to(&optimizer_arg, optimizer, write, context,
+                                 "mixprec_optimizer_save_to");
+}
+int mixprec_optimizer_save_to_shared(void* shared_optimizer, mixprec_write_fn write,
+                                     void* context) {
+  return mixprec::c_api::save_to(&shared_optimizer_arg, shared_optimizer, write, context,
+                                 "mixprec_optimizer_save_to_shared");
+}
+int mixprec_optimizer_load_from(void* optimizer, mixprec_read_fn read, void* context,
+                                uint64_t size) {
+  return mixprec::c_api::load_from(&optimizer_arg, optimizer, read, context, size,
+                                   "mixprec_optimizer_load_from");
+}
+int mixprec_optimizer_load_from_shared(void* shared_optimizer, mixprec_read_fn read,
+                                       void* context, uint64_t size) {
+  return mixprec::c_api::load_from(&shared_optimizer_arg, shared_optimizer, read, context, size,
+                                   "mixprec_optimizer_load_from_shared");
 }
 
 void mixprec_bytes_free(void* bytes) { std::free(bytes); }

@@ -24,6 +24,7 @@
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
 #include "torch/checkpoint/dicts.h"
+#include "torch/checkpoint/saving.h"
 #include "torch/checkpoint/unpickle.h"
 
 namespace mixprec {
@@ -131,17 +132,7 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
   checkpoint.insert("model", module_state_dict(model));
   checkpoint.insert("optimizer", optimizer_state_dict(optimizer));
   checkpoint.insert("scaler", scaler.state_dict());
-  const std::vector<char> bytes = pickle_save_untagged(checkpoint);
-  // Written beside the target and renamed over it: a crash mid-write leaves the old file whole.
-  const std::string partial = path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    TORCH_CHECK(out, "mixprec::save_checkpoint: cannot write ", partial);
-  }
-  TORCH_CHECK(std::rename(partial.c_str(), path.c_str()) == 0,
-              "mixprec::save_checkpoint: cannot rename ", partial, " to ", path);
+  detail::save_untagged(path, checkpoint, "mixprec::save_checkpoint");
 }
 
 void load_checkpoint(const std::string& path, torch::nn::Module& model,
