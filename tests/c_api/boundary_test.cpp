@@ -64,7 +64,7 @@ TEST(NullArgumentTest, EveryCallRefusesNullNamingCallAndArgument) {
   tel.struct_size = sizeof tel;
   tel.iterations = -7;
 
-  const std::vector<NullCase> cases = {
+  std::vector<NullCase> cases = {
       {"mixprec_grad_scaler_options_init", "out",
        [&] {
          return mixprec_grad_scaler_options_init(nullptr, sizeof(mixprec_grad_scaler_options));
@@ -244,6 +244,50 @@ TEST(NullArgumentTest, EveryCallRefusesNullNamingCallAndArgument) {
       {"mixprec_optimizer_load_state_dict_shared", "data",
        [&] { return mixprec_optimizer_load_state_dict_shared(sh, nullptr, 10); }},
   };
+  // Files and streams (none is opened or written: the NULL is refused first).
+  const mixprec_write_fn write = [](void*, const void*, size_t) { return 0; };
+  const mixprec_read_fn read = [](void*, uint64_t, void*, size_t) { return 0; };
+  cases.push_back({"mixprec_grad_scaler_save", "scaler", [&] { return mixprec_grad_scaler_save(nullptr, "x"); }});
+  cases.push_back({"mixprec_grad_scaler_save", "path", [&] { return mixprec_grad_scaler_save(s, nullptr); }});
+  cases.push_back({"mixprec_grad_scaler_load", "scaler", [&] { return mixprec_grad_scaler_load(nullptr, "x"); }});
+  cases.push_back({"mixprec_grad_scaler_load", "path", [&] { return mixprec_grad_scaler_load(s, nullptr); }});
+  cases.push_back({"mixprec_grad_scaler_save_to", "scaler",
+                   [&] { return mixprec_grad_scaler_save_to(nullptr, write, nullptr); }});
+  cases.push_back({"mixprec_grad_scaler_save_to", "write",
+                   [&] { return mixprec_grad_scaler_save_to(s, nullptr, nullptr); }});
+  cases.push_back({"mixprec_grad_scaler_load_from", "scaler",
+                   [&] { return mixprec_grad_scaler_load_from(nullptr, read, nullptr, 10); }});
+  cases.push_back({"mixprec_grad_scaler_load_from", "read",
+                   [&] { return mixprec_grad_scaler_load_from(s, nullptr, nullptr, 10); }});
+  struct OptimizerCalls {
+    void* handle;
+    const char* argument;
+    const char *save, *load, *save_to, *load_from;
+    int (*save_fn)(void*, const char*);
+    int (*load_fn)(void*, const char*);
+    int (*save_to_fn)(void*, mixprec_write_fn, void*);
+    int (*load_from_fn)(void*, mixprec_read_fn, void*, uint64_t);
+  };
+  for (const OptimizerCalls& k :
+       {OptimizerCalls{opt, "optimizer", "mixprec_optimizer_save", "mixprec_optimizer_load",
+                       "mixprec_optimizer_save_to", "mixprec_optimizer_load_from",
+                       mixprec_optimizer_save, mixprec_optimizer_load, mixprec_optimizer_save_to,
+                       mixprec_optimizer_load_from},
+        OptimizerCalls{sh, "shared_optimizer", "mixprec_optimizer_save_shared",
+                       "mixprec_optimizer_load_shared", "mixprec_optimizer_save_to_shared",
+                       "mixprec_optimizer_load_from_shared", mixprec_optimizer_save_shared,
+                       mixprec_optimizer_load_shared, mixprec_optimizer_save_to_shared,
+                       mixprec_optimizer_load_from_shared}}) {
+    void* o = k.handle;
+    cases.push_back({k.save, k.argument, [=] { return k.save_fn(nullptr, "x"); }});
+    cases.push_back({k.save, "path", [=] { return k.save_fn(o, nullptr); }});
+    cases.push_back({k.load, k.argument, [=] { return k.load_fn(nullptr, "x"); }});
+    cases.push_back({k.load, "path", [=] { return k.load_fn(o, nullptr); }});
+    cases.push_back({k.save_to, k.argument, [=] { return k.save_to_fn(nullptr, write, nullptr); }});
+    cases.push_back({k.save_to, "write", [=] { return k.save_to_fn(o, nullptr, nullptr); }});
+    cases.push_back({k.load_from, k.argument, [=] { return k.load_from_fn(nullptr, read, nullptr, 10); }});
+    cases.push_back({k.load_from, "read", [=] { return k.load_from_fn(o, nullptr, nullptr, 10); }});
+  }
   for (const NullCase& c : cases) {
     SCOPED_TRACE(std::string(c.call) + ", NULL " + c.argument);
     const int rc = call_noexcept([&]() noexcept { return c.run(); });
