@@ -7,7 +7,8 @@ dtypes, shapes, strides, storage offsets and storage sharing torch.load gives. S
 saves such objects with the installed torch (model, optimizer and GradScaler state dicts, a whole
 AMP checkpoint, parameters with requires_grad, views sharing one storage, every dense dtype this
 torch has, nested containers of every scalar kind; pickle protocols 2 to 5; a big-endian file; a
-file written without CRCs), loads each with torch.load and with mixprec::pickle_load
+file written without CRCs), and the files mixprec's own writers write (save_checkpoint, the C
+ABI's saves), loads each with torch.load and with mixprec::pickle_load
 (unpickle_dump.cpp), and compares the two as text (value_dump.py, tests/value_dump.h). Protocol 2
 files are compared with torch.load(weights_only=True), PyTorch's own restricted unpickler; it
 reads no other protocol, so those are compared with weights_only=False. Files mixprec refuses on
@@ -184,6 +185,12 @@ def main():
         with zipfile.ZipFile(crc_zero) as z:
             crcs = {i.CRC for i in z.infolist() if "/data/" in i.filename}
         print("set_crc32_options(False): the records' CRC fields are", crcs)
+    # What mixprec's own writers write (save_checkpoint, the C ABI's path and stream saves).
+    written = os.path.join(folder, "written")
+    os.makedirs(written)
+    subprocess.run([args.exe, "--write", written], check=True)
+    for name in sorted(os.listdir(written)):
+        files[os.path.join(written, name)] = True
     refused = {}
     for name, (obj, words) in refused_objects().items():
         refused[save(os.path.join(folder, "refused_%s.pt" % name), obj)] = words
