@@ -24,7 +24,11 @@ class GradScaler;
 /// GradScaler::state_dict), without TorchScript type tags (pickle_save_untagged). Python 2.6
 /// opens it with plain `torch.load(path)` (weights_only) and resumes from it with
 /// `model.load_state_dict(c["model"])`, `optimizer.load_state_dict(c["optimizer"])` and
-/// `scaler.load_state_dict(c["scaler"])`. Throws c10::Error when the file cannot be written.
+/// `scaler.load_state_dict(c["scaler"])`. The save is durable and atomic (docs/checkpoints.md):
+/// a new file beside `path` (a symlink at `path` is written through), its records streamed from
+/// the tensors, fsynced, renamed over the target, the folder fsynced; after a crash or a power
+/// cut `path` holds the old checkpoint or the new one, whole. Throws c10::Error naming the path
+/// and the failing call (a full disk, a missing folder), leaving the old file as it was.
 ///
 /// **Example**
 /// ```cpp
