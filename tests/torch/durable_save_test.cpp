@@ -258,19 +258,41 @@ TEST(DurableSaveTest, AWriterKilledAnywhereLeavesTheOldOrTheNewFile) {
   EXPECT_LT(seen_new, 200);  // and before others
 }
 
-// Two writers to one path: each file whole, the last rename wins, no file left over. 3e5db6a's
-// writers shared one partial file and mixed their bytes.
+// Two writers to one path, and a reader loading it meanwhile: every file the reader finds is
+// whole, the last rename wins, no file is left over. 3e5db6a's writers shared one partial file,
+// truncated it under each other, and renamed it whatever it held.
 TEST(DurableSaveTest, ConcurrentWritersNeverMix) {
   const std::string dir = folder("concurrent");
   const std::string target = dir + "/ckpt.pt";
+  Training(1.0f, 1 << 18).save(target);
+  std::atomic<int> writing{2}, failed_saves{0};
   std::vector<std::thread> writers;
   for (float value : {1.0f, 2.0f}) {
-    writers.emplace_back([&target, value] {
-      Training run(value);
-      for (int i = 0; i < 20; ++i) run.save(target);
+    writers.emplace_back([&target, &writing, &failed_saves, value] {
+      Training run(value, 1 << 18);  // 4 MiB: a save is many write() calls
+      for (int i = 0; i < 20; ++i) {
+        try {
+          run.save(target);
+        } catch (const c10::Error&) {
+          ++failed_saves;  // 3e5db6a: the other writer had renamed the shared partial file
+        }
+      }
+      --writing;
     });
   }
+  int reads = 0, broken = 0;
+  while (writing > 0) {
+    try {
+      const float now = weight_in(target);
+      broken += now != 1.0f && now != 2.0f;
+    } catch (const c10::Error&) {
+      ++broken;  // an empty, cut or mixed file
+    }
+    ++reads;
+  }
   for (std::thread& w : writers) w.join();
+  EXPECT_EQ(failed_saves, 0);
+  EXPECT_EQ(broken, 0) << "of " << reads << " reads";
   const float now = weight_in(target);
   EXPECT_TRUE(now == 1.0f || now == 2.0f) << now;
   EXPECT_EQ(files_in(dir), std::vector<std::string>{"ckpt.pt"});
