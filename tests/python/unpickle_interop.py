@@ -9,7 +9,7 @@ AMP checkpoint, parameters with requires_grad, views sharing one storage, every 
 torch has, nested containers of every scalar kind; pickle protocols 2 to 5; a big-endian file; a
 file written without CRCs), and the files mixprec's own writers write (save_checkpoint, the C
 ABI's saves), loads each with torch.load and with mixprec::pickle_load
-(unpickle_dump.cpp), and compares the two as text (value_dump.py, tests/value_dump.h). Protocol 2
+(checkpoint_interop.cpp's dump mode), and compares the two as text (value_dump.py, tests/value_dump.h). Protocol 2
 files are compared with torch.load(weights_only=True), PyTorch's own restricted unpickler; it
 reads no other protocol, so those are compared with weights_only=False. Files mixprec refuses on
 purpose (sparse, quantized and subclassed tensors, sets, the legacy non-zip format) must be
@@ -133,7 +133,7 @@ def python_dump(path, weights_only):
 
 
 def mixprec_dumps(exe, paths):
-    run = subprocess.run([exe] + paths, capture_output=True, text=True, check=False)
+    run = subprocess.run([exe, "dump"] + paths, capture_output=True, text=True, check=False)
     if run.returncode != 0:
         print(run.stdout + run.stderr)
         sys.exit(1)
@@ -188,7 +188,7 @@ def main():
     # What mixprec's own writers write (save_checkpoint, the C ABI's path and stream saves).
     written = os.path.join(folder, "written")
     os.makedirs(written)
-    subprocess.run([args.exe, "--write", written], check=True)
+    subprocess.run([args.exe, "write", written], check=True)
     for name in sorted(os.listdir(written)):
         files[os.path.join(written, name)] = True
     refused = {}

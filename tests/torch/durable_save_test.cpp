@@ -1,7 +1,7 @@
 // mixprec's saves (Note [Durable saves], src/torch/checkpoint/file_writer.h): planted links, modes,
-// a full disk, the order of fsync and rename, a writer killed mid-save, concurrent writers. Its own
-// executable: it interposes fsync() and rename() (defined below, calling libc's), to see and
-// fail them.
+// a full disk, the order of fsync and rename, a writer killed mid-save, concurrent writers. It
+// interposes fsync() and rename() for the whole test executable (defined below, each passing the
+// call on to libc's unless a test asks it to fail), to see and fail them.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
