@@ -282,12 +282,14 @@ TEST(UntrustedFileTest, AllocationStaysWithinASmallMultipleOfThePickle) {
 
 // ---- opcodes, globals and the stack --------------------------------------------------------
 
+// A protocol-2 pickle of `ops` is refused, saying `what`.
+void refused(const std::string& ops, const std::string& what) {
+  SCOPED_TRACE(what);
+  Pickle p;
+  EXPECT_THROW_WITH(pickle_load(archive(p.op(ops).stop())), what);
+}
+
 TEST(UntrustedFileTest, OnlyTheOpcodesAndGlobalsOfStateDictsAreRead) {
-  auto refused = [](const std::string& ops, const std::string& what) {
-    SCOPED_TRACE(what);
-    Pickle p;
-    EXPECT_THROW_WITH(pickle_load(archive(p.op(ops).stop())), what);
-  };
   refused(raw("cos\nsystem\n"), "the global \"os.system\" is refused: it is not one a state dict needs");
   refused(raw("X\x08\x00\x00\x00" "builtinsX\x04\x00\x00\x00" "eval\x93"),
           "the global \"builtins.eval\" is refused");
@@ -316,11 +318,6 @@ TEST(UntrustedFileTest, OnlyTheOpcodesAndGlobalsOfStateDictsAreRead) {
 // 3e5db6a's walk kept its own stack beside LibTorch's, and drifted out of step with it (a heap
 // corruption). Here one stack: no opcode takes a value from below the last MARK.
 TEST(UntrustedFileTest, NoOpcodeReachesBelowItsMark) {
-  auto refused = [](const std::string& ops, const std::string& what) {
-    SCOPED_TRACE(what);
-    Pickle p;
-    EXPECT_THROW_WITH(pickle_load(archive(p.op(ops).stop())), what);
-  };
   refused(raw("K\x01(\x85"), "TUPLE1 needs 1 values above the last MARK");
   refused(raw("](K\x01" "a"), "APPEND with no list below its items");  // it lies below the MARK
   refused(raw("}(K\x01K\x02s"), "SETITEM with no dict below its items");
