@@ -1,8 +1,9 @@
 // libFuzzer target: GradScaler::load through torch::load(scaler, stream), i.e. LibTorch's own
-// archive reader (torch::jit::load: its zip reader, TorchScript importer and unpickler), which
-// mixprec does not control, on archives built like fuzz_torch_save's (torch_save_mutator.h).
-// Not in CI: LibTorch's reader crashes on crafted archives (docs/testing.md). A refused load must
-// leave the scaler as it was.
+// archive reader (torch::jit::load: zip reader, TorchScript importer, unpickler), which mixprec
+// does not control, on archives built like fuzz_torch_save's (torch_save_mutator.h). A refused load
+// must leave the scaler as it was. Not in CI: LibTorch 1.13 crashes here within seconds (SEGV in
+// ScriptTypeParser::parseClassConstant; a 64 GiB memo for a LONG_BINPUT of 2^32 - 1), inputs in
+// tests/fuzz/crashes_libtorch/, docs/testing.md.
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 

@@ -2,8 +2,9 @@
 // (torch_save_input.h) by a custom mutator (torch_save_mutator.h) that edits the pickle opcode by
 // opcode and the records as records, so the archive stays valid and the storages are reached.
 // It must return a value or throw c10::Error; every tensor it returns must lie inside its storage.
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
-#include <torch/torch.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +38,8 @@ void check_tensor(const at::Tensor& t) {
     last += static_cast<Wide>(t.size(d) - 1) * static_cast<Wide>(t.stride(d));
   }
   const Wide end = (last + 1) * static_cast<Wide>(t.element_size());
-  if (end > static_cast<Wide>(t.storage().nbytes())) fail("a loaded tensor reaches past its storage");
+  if (end > static_cast<Wide>(t.storage().nbytes()))
+    fail("a loaded tensor reaches past its storage");
   const auto* bytes = static_cast<const volatile unsigned char*>(t.storage().data());
   const std::size_t first = static_cast<std::size_t>(t.storage_offset()) * t.element_size();
   unsigned char sink = bytes[first];
@@ -76,9 +78,9 @@ mixprec::fuzz::Input start() {
   Input in;
   in.pickle = std::string("\x80\x02}q\x00(", 5) + str_op("w") +
               global_op("torch._utils", "_rebuild_tensor_v2") + "((" + str_op("storage") +
-              global_op("torch", "FloatStorage") + str_op("0") + str_op("cpu") + int_op(4) +
-              "tQ" + int_op(0) + int_op(2) + int_op(2) + "\x86" + int_op(2) + int_op(1) + "\x86" +
-              "\x89" + global_op("collections", "OrderedDict") + ")RtRu.";
+              global_op("torch", "FloatStorage") + str_op("0") + str_op("cpu") + int_op(4) + "tQ" +
+              int_op(0) + int_op(2) + int_op(2) + "\x86" + int_op(2) + int_op(1) + "\x86" + "\x89" +
+              global_op("collections", "OrderedDict") + ")RtRu.";
   in.records = {{"data/0", std::string(16, '\x01')}, {"byteorder", "little"}, {"version", "3\n"}};
   return in;
 }

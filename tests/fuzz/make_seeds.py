@@ -6,10 +6,11 @@ fuzz_c_load_state_dict reads its second bit too: set, the optimizer's reader.
 
 fuzz_torch_save and fuzz_scaler_archive read a container instead (tests/fuzz/torch_save_input.h:
 a header, data.pkl, then named records), which the target writes as a valid archive. Their seeds
-are the fixtures' archives taken apart, and handmade pickles of the shapes
-torch.save writes: tensors sharing a storage, v1/v3 tensors and parameters, a big-endian file,
-nesting at the depth limit, shared references. fuzz_scaler_archive's own start, torch::save of a
-GradScaler, is written by its mutator from an empty input (libFuzzer's first run) and committed.
+are the fixtures' archives taken apart, and handmade pickles of the shapes torch.save writes:
+tensors sharing a storage, v1/v3 tensors and parameters, a big-endian file, nesting at the depth
+limit, shared and cyclic references. fuzz_scaler_archive's seed scaler_torch_save (torch::save of
+a GradScaler) needs LibTorch, so the target writes it: MIXPREC_FUZZ_WRITE_START=<corpus folder>
+build-fuzz/tests/fuzz/fuzz_scaler_archive -runs=0 <corpus folder>.
 
     python3 tests/fuzz/make_seeds.py     # from the repository root; idempotent
 """

@@ -1,10 +1,11 @@
 // Pickle opcodes for the structure-aware mutator (torch_save_mutator.h): a pickle split into its
-// opcodes and put back byte for byte, encoders of the values torch.save writes, and a rough
-// simulation that finds the storages a pickle names (persistent ids) and the opcode of each count.
+// opcodes and put back byte for byte, encoders of the values torch.save writes, a rough simulation
+// that finds the storages a pickle names and the opcode of each count, and the values drawn from.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,6 +44,7 @@ inline std::size_t op_length(std::string_view p, std::size_t pos) {
     }
     return at - pos;
   };
+  // clang-format off
   switch (static_cast<unsigned char>(p[pos])) {
     case 0x80: case 'K': case 'q': case 'h': case 0x82: return fixed(1);
     case 'M': case 0x83: return fixed(2);
@@ -55,6 +57,7 @@ inline std::size_t op_length(std::string_view p, std::size_t pos) {
     case 'I': case 'L': case 'F': case 'S': case 'V': case 'p': case 'g': case 'P': return lines(1);
     default: return 1;
   }
+  // clang-format on
 }
 
 /// The opcodes of a pickle; a truncated last one is kept whole, so join(split(p)) == p.
@@ -109,42 +112,53 @@ inline std::string global_op(std::string_view module, std::string_view name) {
 /// The int an opcode holds (ints, memo indices), if it holds one.
 inline std::optional<std::int64_t> int_of(const std::string& op) {
   const std::size_t n = op.size();
+  // clang-format off
   switch (code(op)) {
     case 'K': case 'q': case 'h':
       if (n != 2) return std::nullopt;
       return static_cast<std::int64_t>(little_at(op, 1, 1));
-    case 'M': if (n != 3) return std::nullopt; return static_cast<std::int64_t>(little_at(op, 1, 2));
-    case 'J': if (n != 5) return std::nullopt; return static_cast<std::int32_t>(little_at(op, 1, 4));
+    case 'M':
+      if (n != 3) return std::nullopt;
+      return static_cast<std::int64_t>(little_at(op, 1, 2));
+    case 'J':
+      if (n != 5) return std::nullopt;
+      return static_cast<std::int32_t>(little_at(op, 1, 4));
     case 'r': case 'j':
       if (n != 5) return std::nullopt;
       return static_cast<std::int64_t>(little_at(op, 1, 4));
     case 0x8a: {
-      if (op.size() < 2) return std::nullopt;
-      const std::size_t n = static_cast<unsigned char>(op[1]);
-      if (n == 0 || n > 8 || op.size() != 2 + n) return std::nullopt;
-      std::uint64_t v = little_at(op, 2, static_cast<int>(n));
-      if (n < 8 && (static_cast<unsigned char>(op[1 + n]) & 0x80) != 0) v |= ~std::uint64_t{0} << (8 * n);
+      if (n < 2) return std::nullopt;
+      const std::size_t bytes = static_cast<unsigned char>(op[1]);
+      if (bytes == 0 || bytes > 8 || n != 2 + bytes) return std::nullopt;
+      std::uint64_t v = little_at(op, 2, static_cast<int>(bytes));
+      if (bytes < 8 && (static_cast<unsigned char>(op[1 + bytes]) & 0x80) != 0) {
+        v |= ~std::uint64_t{0} << (8 * bytes);
+      }
       return static_cast<std::int64_t>(v);
     }
     default: return std::nullopt;
   }
 }
+// clang-format on
 inline bool is_memo(const std::string& op) {
   const unsigned char c = code(op);
   return c == 'q' || c == 'h' || c == 'r' || c == 'j';
 }
 /// The str of a BINUNICODE, SHORT_BINUNICODE or BINUNICODE8.
 inline std::optional<std::string> str_of(const std::string& op) {
+  // clang-format off
   switch (code(op)) {
     case 'X': return op.size() >= 5 ? std::optional<std::string>(op.substr(5)) : std::nullopt;
     case 0x8c: return op.size() >= 2 ? std::optional<std::string>(op.substr(2)) : std::nullopt;
     case 0x8d: return op.size() >= 9 ? std::optional<std::string>(op.substr(9)) : std::nullopt;
     default: return std::nullopt;
   }
+  // clang-format on
 }
 
 /// Opcodes that push one value and pop none: a value of any kind can take their place.
 inline bool is_leaf(const std::string& op) {
+  // clang-format off
   switch (code(op)) {
     case 'N': case 0x88: case 0x89: case 'K': case 'M': case 'J': case 0x8a: case 'G': case 'X':
     case 0x8c: case 0x8d: case ')': case 'h': case 'j':
@@ -152,6 +166,7 @@ inline bool is_leaf(const std::string& op) {
     default:
       return false;
   }
+  // clang-format on
 }
 
 /// The memo's size before opcode `end`, as the picklers number it (PUTs in order, MEMOIZE next).
@@ -159,7 +174,8 @@ inline std::uint64_t memo_size(const std::vector<std::string>& ops, std::size_t 
   std::uint64_t n = 0;
   for (std::size_t i = 0; i < end && i < ops.size(); ++i) {
     if (code(ops[i]) == 'q' || code(ops[i]) == 'r') {
-      if (auto v = int_of(ops[i])) n = std::max<std::uint64_t>(n, static_cast<std::uint64_t>(*v) + 1);
+      if (auto v = int_of(ops[i]))
+        n = std::max<std::uint64_t>(n, static_cast<std::uint64_t>(*v) + 1);
     } else if (code(ops[i]) == 0x94) {
       ++n;
     }
@@ -179,12 +195,14 @@ struct StorageRef {
 
 /// Bytes an element of torch.<cls> (1 where unknown).
 inline int element_size(std::string_view cls) {
+  // clang-format off
   static const std::map<std::string_view, int> kSizes = {
       {"DoubleStorage", 8}, {"FloatStorage", 4}, {"HalfStorage", 2}, {"LongStorage", 8},
       {"IntStorage", 4}, {"ShortStorage", 2}, {"CharStorage", 1}, {"ByteStorage", 1},
       {"BoolStorage", 1}, {"BFloat16Storage", 2}, {"ComplexDoubleStorage", 16},
       {"ComplexFloatStorage", 8}, {"ComplexHalfStorage", 4}, {"UInt16Storage", 2},
       {"UInt32Storage", 4}, {"UInt64Storage", 8}, {"UntypedStorage", 1}};
+  // clang-format on
   const auto it = kSizes.find(cls);
   return it == kSizes.end() ? 1 : it->second;
 }
@@ -220,15 +238,25 @@ inline std::vector<StorageRef> find_storages(const std::vector<std::string>& ops
     const unsigned char c = code(op);
     if (c == '.') break;
     if (c == 0x80 || c == 0x95) continue;
-    if (c == '(') { marks.push_back(stack.size()); continue; }
-    if (auto s = str_of(op)) { stack.push_back({{'s', *s, 0, -1}, {}}); continue; }
+    if (c == '(') {
+      marks.push_back(stack.size());
+      continue;
+    }
+    if (auto s = str_of(op)) {
+      stack.push_back({{'s', *s, 0, -1}, {}});
+      continue;
+    }
     if (!is_memo(op)) {
-      if (auto v = int_of(op)) { stack.push_back({{'i', "", *v, static_cast<int>(i)}, {}}); continue; }
+      if (auto v = int_of(op)) {
+        stack.push_back({{'i', "", *v, static_cast<int>(i)}, {}});
+        continue;
+      }
     }
     if (c == 'c') {
       const std::size_t nl = op.find('\n');
       if (nl == std::string::npos || op.back() != '\n') break;
-      stack.push_back({{'g', op.substr(1, nl - 1) + "." + op.substr(nl + 1, op.size() - nl - 2)}, {}});
+      stack.push_back(
+          {{'g', op.substr(1, nl - 1) + "." + op.substr(nl + 1, op.size() - nl - 2)}, {}});
       continue;
     }
     if (c == 'N' || c == 0x88 || c == 0x89 || c == 'G' || c == ']' || c == '}' || c == ')') {
@@ -287,6 +315,87 @@ inline std::vector<StorageRef> find_storages(const std::vector<std::string>& ops
     }
   }
   return out;
+}
+
+// ---- what the mutator draws from (torch_save_mutator.h) ------------------------------------
+
+// Ints at the edges of what the reader checks: signs, 32/64-bit limits, products that overflow
+// when multiplied by an element size or a dimension.
+// clang-format off
+constexpr std::int64_t kInts[] = {0, 1, 2, 3, 4, -1, -2, 7, 8, 12, 16, 63, 64, 255, 256, 999, 1000,
+                                  1001, 65535, 65536, INT32_MAX, std::int64_t{1} << 31,
+                                  INT32_MIN, (std::int64_t{1} << 32) - 1, std::int64_t{1} << 32,
+                                  std::int64_t{1} << 60, std::int64_t{1} << 61,
+                                  std::int64_t{1} << 62, INT64_MAX, INT64_MIN, INT64_MAX / 2 + 1,
+                                  INT64_MAX / 4 + 1, INT64_MAX / 8 + 1, INT64_MAX / 16 + 1};
+constexpr const char* kStrings[] = {
+    "storage", "cpu", "cuda:0", "meta", "0", "1", "2", "", "state", "param_groups", "model",
+    "optimizer", "scaler", "scale", "growth_factor", "backoff_factor", "growth_interval",
+    "_growth_tracker", "step", "exp_avg", "exp_avg_sq", "lr", "params", "weight", "bias",
+    "running_mean", "num_batches_tracked", "List[int]", "List[float]", "List[bool]",
+    "List[Tensor]", "Dict[str, Any]", "Dict[int, Tensor]", "torch", "torch._utils",
+    "collections", "OrderedDict", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "FloatStorage",
+    "UntypedStorage", "float32", "__torch__", "Module", "\xff\xfe", "\xed\xa0\x80", "\xc0\x80"};
+constexpr const char* kStorageClasses[] = {
+    "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
+    "IntStorage", "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage",
+    "ComplexFloatStorage", "ComplexDoubleStorage", "ComplexHalfStorage", "UInt16Storage",
+    "UInt32Storage", "UInt64Storage", "Float8_e4m3fnStorage", "UntypedStorage", "QInt8Storage"};
+constexpr const char* kDtypes[] = {"float32", "float64", "float16", "bfloat16", "int64", "int32",
+                                   "int16", "int8", "uint8", "bool", "complex64", "complex128",
+                                   "complex32", "uint16", "uint64", "float8_e4m3fn",
+                                   "float8_e5m2", "float4_e2m1fn_x2", "qint8"};
+constexpr int kDtypeSizes[] = {4, 8, 2, 2, 8, 4, 2, 1, 1, 1, 8, 16, 4, 2, 8, 1, 1, 1, 1};
+static_assert(sizeof(kDtypeSizes) / sizeof(int) == sizeof(kDtypes) / sizeof(kDtypes[0]),
+              "one size a dtype");
+// module, name: the allowed globals and ones refused by name.
+constexpr const char* kGlobals[][2] = {
+    {"collections", "OrderedDict"}, {"torch._utils", "_rebuild_tensor"},
+    {"torch._utils", "_rebuild_tensor_v2"}, {"torch._utils", "_rebuild_tensor_v3"},
+    {"torch._utils", "_rebuild_parameter"}, {"torch._utils", "_rebuild_parameter_with_state"},
+    {"torch.jit._pickle", "restore_type_tag"}, {"torch.jit._pickle", "build_intlist"},
+    {"torch.jit._pickle", "build_doublelist"}, {"torch.jit._pickle", "build_boollist"},
+    {"torch.jit._pickle", "build_tensorlist"}, {"torch._utils", "_rebuild_qtensor"},
+    {"torch._utils", "_rebuild_sparse_tensor"}, {"torch._utils", "_rebuild_nested_tensor"},
+    {"torch._utils", "_rebuild_meta_tensor_no_storage"},
+    {"torch._utils", "_rebuild_wrapper_subclass"},
+    {"torch._utils", "_rebuild_device_tensor_from_numpy"}, {"torch.serialization", "_get_layout"},
+    {"torch._tensor", "_rebuild_from_type_v2"}, {"builtins", "eval"}, {"__builtin__", "set"},
+    {"torch", "Tensor"}, {"__torch__", "Module"}, {"torch", "float32"}, {"torch", "FloatStorage"}};
+// One opcode each, with arguments: everything of protocols 0 to 5, refused ones included.
+constexpr const char* kOps[] = {
+    "(", ".", "0", "1", "2", "N", "\x88", "\x89", ")", "]", "}", "t", "\x85", "\x86", "\x87",
+    "a", "e", "s", "u", "R", "b", "Q", "\x93", "\x94", "\x8f", "\x90", "\x91", "\x81", "\x92",
+    "\x97", "\x98", "o", "d", "l", "I1\n", "L1L\n", "F1.0\n", "S'a'\n", "Va\n", "p0\n", "g0\n",
+    "P0\n", "i__builtin__\nobject\n", "C\x01x", "\x8f"};
+constexpr double kDoubles[] = {0.0, -0.0, 1.0, 0.5, 2.0, 65536.0, 1e308, 5e-324,
+                               std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity(),
+                               std::numeric_limits<double>::quiet_NaN()};
+constexpr int kDepths[] = {1, 2, 3, 8, 64, 998, 999, 1000, 1001, 1500};
+// clang-format on
+
+/// Ops with arguments that a string table cannot hold (NULs).
+template <typename Rng>
+inline std::string raw_op(Rng& rng) {
+  switch (rng() % 8) {
+    case 0:
+      return std::string("\x80", 1) + static_cast<char>(rng() % 7);  // PROTO
+    case 1:
+      return std::string("\x95", 1) + little_bytes(rng(), 8);  // FRAME
+    case 2:
+      return std::string("\x8a\x09", 2) + little_bytes(rng(), 8) + '\x01';  // 2^64+
+    case 3:
+      return std::string("\x8b\x01\x00\x00\x00\x01", 6);  // LONG4
+    case 4:
+      return std::string("B\x01\x00\x00\x00x", 6);  // BINBYTES
+    case 5:
+      return std::string("\x8d", 1) + little_bytes(1, 8) + "k";  // BINUNICODE8
+    case 6:
+      return std::string("X\xff\xff\xff\x7f", 5);  // past the end
+    default:
+      return std::string("\x82\x01", 2);  // EXT1
+  }
 }
 
 }  // namespace mixprec::fuzz

@@ -3,8 +3,8 @@
 // CRCs), then at most one zip field changed. See Note [Structure-aware torch.save fuzzing].
 #pragma once
 
-#include <caffe2/serialize/inline_container.h>
 #include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -21,13 +21,13 @@ namespace mixprec::fuzz {
 // barely reached. These targets fuzz the parts instead: the input is a small container, and the
 // target writes it as a valid archive (PyTorchStreamWriter computes sizes, offsets and CRCs).
 // Layout, every length clamped to what is left, so that any bytes parse:
-//   byte 0      entry: which load the target calls (a target may ignore it)
+//   byte 0      entry: reserved for a target that calls several loads (none does yet)
 //   byte 1      zip change after writing (ZipChange below; most values: none)
 //   byte 2      which record it applies to
 //   bytes 3-6   its argument, little-endian
 //   u32 n, n bytes               data.pkl
 //   repeated: u8 n, n bytes name (within the archive's folder), u32 m, m bytes data
-// The custom mutator (pickle_mutator.h) edits the pickle opcode by opcode and the records as
+// The custom mutator (torch_save_mutator.h) edits the pickle opcode by opcode and the records as
 // records, so that its edits reach storages, counts, offsets, strides, dtypes, the memo and
 // nesting with the archive around them still valid.
 struct Input {
@@ -101,9 +101,10 @@ inline std::string serialize(const Input& in) {
 }
 
 /// A record name miniz writes as given: [A-Za-z0-9_.-/], not starting or ending with '/' (a
-/// folder's entry).
+/// folder's entry), and not the one LibTorch 2.x's writer adds itself.
 inline bool writable_name(const std::string& name) {
   if (name.empty() || name.front() == '/' || name.back() == '/' || name.size() > 200) return false;
+  if (name == ".data/serialization_id") return false;
   for (const char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '.' || c == '-' || c == '/';
@@ -209,10 +210,17 @@ inline void change_zip(std::vector<char>& zip, const Input& in) {
       write_le(zip, e.local + 6, 2, arg & 0xffff);
       write_le(zip, e.central + 8, 2, arg & 0xffff);
       return;
-    case kTruncate: zip.resize(std::min<std::size_t>(zip.size(), arg % (zip.size() + 1))); return;
-    case kAppend: zip.insert(zip.end(), arg % 64 + 1, static_cast<char>(arg >> 8)); return;
-    case kAnyByte: zip[(arg >> 8) % zip.size()] ^= static_cast<char>(arg | 1); return;
-    default: return;
+    case kTruncate:
+      zip.resize(std::min<std::size_t>(zip.size(), arg % (zip.size() + 1)));
+      return;
+    case kAppend:
+      zip.insert(zip.end(), arg % 64 + 1, static_cast<char>(arg >> 8));
+      return;
+    case kAnyByte:
+      zip[(arg >> 8) % zip.size()] ^= static_cast<char>(arg | 1);
+      return;
+    default:
+      return;
   }
 }
 

@@ -27,111 +27,47 @@ const T& pick(Rng& rng, const T (&items)[N]) {
 }
 inline std::size_t below(Rng& rng, std::size_t n) { return n == 0 ? 0 : rng() % n; }
 
-// Ints at the edges of what the reader checks: signs, 32/64-bit limits, products that overflow
-// when multiplied by an element size or a dimension.
-constexpr std::int64_t kInts[] = {0, 1, 2, 3, 4, -1, -2, 7, 8, 12, 16, 63, 64, 255, 256, 999, 1000,
-                                  1001, 65535, 65536, INT32_MAX, std::int64_t{1} << 31,
-                                  INT32_MIN, (std::int64_t{1} << 32) - 1, std::int64_t{1} << 32,
-                                  std::int64_t{1} << 60, std::int64_t{1} << 61,
-                                  std::int64_t{1} << 62, INT64_MAX, INT64_MIN, INT64_MAX / 2 + 1,
-                                  INT64_MAX / 4 + 1, INT64_MAX / 8 + 1, INT64_MAX / 16 + 1};
-constexpr const char* kStrings[] = {
-    "storage", "cpu", "cuda:0", "meta", "0", "1", "2", "", "state", "param_groups", "model",
-    "optimizer", "scaler", "scale", "growth_factor", "backoff_factor", "growth_interval",
-    "_growth_tracker", "step", "exp_avg", "exp_avg_sq", "lr", "params", "weight", "bias",
-    "running_mean", "num_batches_tracked", "List[int]", "List[float]", "List[bool]",
-    "List[Tensor]", "Dict[str, Any]", "Dict[int, Tensor]", "torch", "torch._utils",
-    "collections", "OrderedDict", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "FloatStorage",
-    "UntypedStorage", "float32", "__torch__", "Module", "\xff\xfe", "\xed\xa0\x80", "\xc0\x80"};
-constexpr const char* kStorageClasses[] = {
-    "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
-    "IntStorage", "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage",
-    "ComplexFloatStorage", "ComplexDoubleStorage", "ComplexHalfStorage", "UInt16Storage",
-    "UInt32Storage", "UInt64Storage", "Float8_e4m3fnStorage", "UntypedStorage", "QInt8Storage"};
-constexpr const char* kDtypes[] = {"float32", "float64", "float16", "bfloat16", "int64", "int32",
-                                   "int16", "int8", "uint8", "bool", "complex64", "complex128",
-                                   "complex32", "uint16", "uint64", "float8_e4m3fn",
-                                   "float8_e5m2", "float4_e2m1fn_x2", "qint8"};
-constexpr int kDtypeSizes[] = {4, 8, 2, 2, 8, 4, 2, 1, 1, 1, 8, 16, 4, 2, 8, 1, 1, 1, 1};
-static_assert(sizeof(kDtypeSizes) == sizeof(kDtypes) / sizeof(kDtypes[0]) * sizeof(int), "one size a dtype");
-// module, name: the allowed globals and ones refused by name.
-constexpr const char* kGlobals[][2] = {
-    {"collections", "OrderedDict"}, {"torch._utils", "_rebuild_tensor"},
-    {"torch._utils", "_rebuild_tensor_v2"}, {"torch._utils", "_rebuild_tensor_v3"},
-    {"torch._utils", "_rebuild_parameter"}, {"torch._utils", "_rebuild_parameter_with_state"},
-    {"torch.jit._pickle", "restore_type_tag"}, {"torch.jit._pickle", "build_intlist"},
-    {"torch.jit._pickle", "build_doublelist"}, {"torch.jit._pickle", "build_boollist"},
-    {"torch.jit._pickle", "build_tensorlist"}, {"torch._utils", "_rebuild_qtensor"},
-    {"torch._utils", "_rebuild_sparse_tensor"}, {"torch._utils", "_rebuild_nested_tensor"},
-    {"torch._utils", "_rebuild_meta_tensor_no_storage"}, {"torch._utils", "_rebuild_wrapper_subclass"},
-    {"torch._utils", "_rebuild_device_tensor_from_numpy"}, {"torch.serialization", "_get_layout"},
-    {"torch._tensor", "_rebuild_from_type_v2"}, {"builtins", "eval"}, {"__builtin__", "set"},
-    {"torch", "Tensor"}, {"__torch__", "Module"}, {"torch", "float32"}, {"torch", "FloatStorage"}};
-// One opcode each, with arguments: everything of protocols 0 to 5, refused ones included.
-constexpr const char* kOps[] = {
-    "(", ".", "0", "1", "2", "N", "\x88", "\x89", ")", "]", "}", "t", "\x85", "\x86", "\x87",
-    "a", "e", "s", "u", "R", "b", "Q", "\x93", "\x94", "\x8f", "\x90", "\x91", "\x81", "\x92",
-    "\x97", "\x98", "o", "d", "l", "I1\n", "L1L\n", "F1.0\n", "S'a'\n", "Va\n", "p0\n", "g0\n",
-    "P0\n", "i__builtin__\nobject\n", "C\x01x", "\x8f"};
-constexpr double kDoubles[] = {0.0, -0.0, 1.0, 0.5, 2.0, 65536.0, 1e308, 5e-324,
-                               std::numeric_limits<double>::infinity(),
-                               -std::numeric_limits<double>::infinity(),
-                               std::numeric_limits<double>::quiet_NaN()};
-constexpr int kDepths[] = {1, 2, 3, 8, 64, 998, 999, 1000, 1001, 1500};
-
-/// Ops with arguments that a string table cannot hold (NULs).
-inline std::string raw_op(Rng& rng) {
-  switch (rng() % 8) {
-    case 0: return std::string("\x80", 1) + static_cast<char>(rng() % 7);           // PROTO
-    case 1: return std::string("\x95", 1) + little_bytes(rng(), 8);                 // FRAME
-    case 2: return std::string("\x8a\x09", 2) + little_bytes(rng(), 8) + '\x01';    // 2^64+
-    case 3: return std::string("\x8b\x01\x00\x00\x00\x01", 6);                      // LONG4
-    case 4: return std::string("B\x01\x00\x00\x00x", 6);                            // BINBYTES
-    case 5: return std::string("\x8d", 1) + little_bytes(1, 8) + "k";               // BINUNICODE8
-    case 6: return std::string("X\xff\xff\xff\x7f", 5);                             // past the end
-    default: return std::string("\x82\x01", 2);                                      // EXT1
-  }
-}
-
 class Mutator {
  public:
   Mutator(Input& in, unsigned seed) : in_(in), rng_(seed) {}
 
   /// One edit of the input; false when it had nothing to edit (the caller mutates bytes).
   bool run() {
-    target_ = &in_.pickle;
-    for (auto& [name, bytes] : in_.records) {
+    for (std::size_t i = 0; i < in_.records.size(); ++i) {
+      const std::string& name = in_.records[i].first;
       if (name.size() > 4 && name.compare(name.size() - 4, 4, ".pkl") == 0 && rng_() % 5 == 0) {
-        target_ = &bytes;  // TorchScript archives: constants.pkl too
+        target_record_ = static_cast<int>(i);  // TorchScript archives: constants.pkl too
       }
     }
-    ops_ = split(*target_);
+    ops_ = split(target());
     storages_ = find_storages(ops_);
-    bool done = false;
+    bool edited = false;  // ops_ changed, to be written back
+    bool done = false;    // the records or the header changed
+    // clang-format off
     switch (rng_() % 20) {
-      case 0: case 1: case 2: case 3: done = mutate_int(); break;
-      case 4: case 5: case 6: done = replace_leaf(value()); break;
-      case 7: done = replace_leaf(tensor()); break;
-      case 8: done = replace_leaf(nested()); break;
-      case 9: done = insert_op(); break;
-      case 10: done = delete_or_copy(); break;
-      case 11: done = swap_global(); break;
-      case 12: done = shared_reference(); break;
-      case 13: done = mutate_string(); break;
+      case 0: case 1: case 2: case 3: edited = mutate_int(); break;
+      case 4: case 5: case 6: edited = replace_leaf(value()); break;
+      case 7: edited = replace_leaf(tensor()); break;
+      case 8: edited = replace_leaf(nested()); break;
+      case 9: edited = insert_op(); break;
+      case 10: edited = delete_or_copy(); break;
+      case 11: edited = swap_global(); break;
+      case 12: edited = shared_reference(); break;
+      case 13: edited = mutate_string(); break;
       case 14: case 15: done = fix_records(); break;
-      case 16: done = fix_count(); break;
+      case 16: edited = fix_count(); break;
       case 17: done = mutate_record(); break;
       case 18: done = mutate_header(); break;
       default: done = mutate_pickle_bytes(); break;
     }
-    if (done && !bytes_done_ && target_ == &in_.pickle && rng_() % 4 == 0) {
-      *target_ = join(ops_);
-      ops_ = split(*target_);
+    // clang-format on
+    if (!edited) return done;
+    target() = join(ops_);
+    if (target_record_ < 0 && rng_() % 4 == 0) {  // and the records made to fit the new pickle
       storages_ = find_storages(ops_);
       fix_records();
     }
-    if (done && !bytes_done_) *target_ = join(ops_);
-    return done;
+    return true;
   }
 
  private:
@@ -154,6 +90,7 @@ class Mutator {
     return keys[below(rng_, keys.size())];
   }
   std::string value() {
+    // clang-format off
     switch (rng_() % 8) {
       case 0: return int_op(interesting_int());
       case 1: return str_op(rng_() % 2 ? pick(rng_, kStrings) : record_key());
@@ -167,6 +104,7 @@ class Mutator {
         return memo > 0 ? memo_op(false, below(rng_, memo + 1)) : std::string("N");
       }
     }
+    // clang-format on
   }
   std::string storage_class() {
     if (!storages_.empty() && rng_() % 2 == 0) return storages_[below(rng_, storages_.size())].cls;
@@ -179,7 +117,8 @@ class Mutator {
     const std::size_t dtype = below(rng_, sizeof(kDtypes) / sizeof(kDtypes[0]));
     const int dims = static_cast<int>(rng_() % 4);
     std::vector<std::int64_t> sizes(static_cast<std::size_t>(dims)), strides(sizes.size());
-    for (auto& size : sizes) size = rng_() % 4 == 0 ? interesting_int() : static_cast<std::int64_t>(rng_() % 5);
+    for (auto& size : sizes)
+      size = rng_() % 4 == 0 ? interesting_int() : static_cast<std::int64_t>(rng_() % 5);
     __extension__ typedef __int128 Wide;
     Wide stride = 1, last = 0;
     bool empty = false;
@@ -188,10 +127,12 @@ class Mutator {
       stride *= std::max<std::int64_t>(sizes[d], 1);
       if (stride > INT64_MAX) stride = 1;
       empty = empty || sizes[d] == 0;
-      const bool small = sizes[d] >= 0 && sizes[d] <= (1 << 20) && strides[d] >= 0 && strides[d] <= (1 << 20);
+      const bool small =
+          sizes[d] >= 0 && sizes[d] <= (1 << 20) && strides[d] >= 0 && strides[d] <= (1 << 20);
       last += small && sizes[d] > 0 ? static_cast<Wide>(sizes[d] - 1) * strides[d] : Wide{1} << 62;
     }
-    const std::int64_t offset = rng_() % 3 == 0 ? interesting_int() : static_cast<std::int64_t>(rng_() % 3);
+    const std::int64_t offset =
+        rng_() % 3 == 0 ? interesting_int() : static_cast<std::int64_t>(rng_() % 3);
     const Wide needed = empty ? offset : offset + last + 1;
     std::string cls, key;
     std::int64_t count = 0;
@@ -202,9 +143,10 @@ class Mutator {
       cls = version == 2 && rng_() % 2 ? std::string("UntypedStorage") : storage_class();
       key = record_key();
       const int element = cls == "UntypedStorage" ? kDtypeSizes[dtype] : 1;
-      count = needed >= 0 && needed <= 1024 && rng_() % 4 != 0
-                  ? static_cast<std::int64_t>(needed) * element + static_cast<std::int64_t>(rng_() % 2)
-                  : interesting_int();
+      count =
+          needed >= 0 && needed <= 1024 && rng_() % 4 != 0
+              ? static_cast<std::int64_t>(needed) * element + static_cast<std::int64_t>(rng_() % 2)
+              : interesting_int();
       if (count >= 0 && count <= 4096) set_record("data/" + key, count * element_size(cls));
     }
     std::string t = global_op("torch._utils", version == 0   ? "_rebuild_tensor"
@@ -239,22 +181,26 @@ class Mutator {
   // A dict with keys of every kind, or 64 int keys that share a slot in c10's hash table
   // (Note [Dict keys that LibTorch's hash table cannot hold]).
   std::string dict() {
-    std::string d = rng_() % 3 ? std::string("}(") : global_op("collections", "OrderedDict") + ")R(";
+    std::string d =
+        rng_() % 3 ? std::string("}(") : global_op("collections", "OrderedDict") + ")R(";
     if (rng_() % 4 == 0) {
       std::uint64_t inv = 11400714819323198485ull;  // inverse of the Fibonacci multiplier
       for (int i = 0; i < 5; ++i) inv *= 2 - 11400714819323198485ull * inv;
       const unsigned shift = 20 + rng_() % 32;
-      for (std::uint64_t j = 0; j < 64; ++j) d += int_op(static_cast<std::int64_t>((j << shift) * inv)) + "N";
+      for (std::uint64_t j = 0; j < 64; ++j)
+        d += int_op(static_cast<std::int64_t>((j << shift) * inv)) + "N";
       return d + "u";
     }
     const char* keys[] = {"N", "\x88", "K\x01\x85", ")", "]", "}"};
     for (unsigned n = rng_() % 4; n-- > 0;) {
+      // clang-format off
       switch (rng_() % 4) {
         case 0: d += int_op(interesting_int()); break;
         case 1: d += str_op(pick(rng_, kStrings)); break;
         case 2: d += pick(rng_, keys); break;
         default: d += float_op(pick(rng_, kDoubles)); break;
       }
+      // clang-format on
       d += value();
     }
     return d + "u";
@@ -263,9 +209,11 @@ class Mutator {
     const char* builders[] = {"build_intlist", "build_doublelist", "build_boollist",
                               "build_tensorlist"};
     std::string items;
-    for (unsigned n = rng_() % 4; n-- > 0;) items += rng_() % 2 ? int_op(interesting_int()) : float_op(1.0);
+    for (unsigned n = rng_() % 4; n-- > 0;)
+      items += rng_() % 2 ? int_op(interesting_int()) : float_op(1.0);
     if (rng_() % 2) {
-      const char* tags[] = {"List[int]", "List[float]", "List[bool]", "List[Tensor]", "Dict[str, Any]"};
+      const char* tags[] = {"List[int]", "List[float]", "List[bool]", "List[Tensor]",
+                            "Dict[str, Any]"};
       return global_op("torch.jit._pickle", "restore_type_tag") + "](" + items + "e" +
              str_op(pick(rng_, tags)) + "\x86R";
     }
@@ -286,10 +234,12 @@ class Mutator {
     if (i < 0) return false;
     const std::int64_t old = *int_of(ops_[i]);
     std::int64_t v = interesting_int();
-    if (rng_() % 4 == 0) v = static_cast<std::int64_t>(static_cast<std::uint64_t>(old) + rng_() % 5 - 2);
+    if (rng_() % 4 == 0)
+      v = static_cast<std::int64_t>(static_cast<std::uint64_t>(old) + rng_() % 5 - 2);
     if (is_memo(ops_[i])) {
       if (rng_() % 2) v = static_cast<std::int64_t>(below(rng_, memo_size(ops_, ops_.size()) + 2));
-      ops_[i] = memo_op(code(ops_[i]) == 'q' || code(ops_[i]) == 'r', static_cast<std::uint32_t>(v));
+      ops_[i] =
+          memo_op(code(ops_[i]) == 'q' || code(ops_[i]) == 'r', static_cast<std::uint32_t>(v));
     } else {
       ops_[i] = int_op(v);
     }
@@ -315,7 +265,8 @@ class Mutator {
     const std::size_t from = below(rng_, ops_.size());
     const std::size_t to = std::min(ops_.size(), from + 1 + (rng_() % 4 == 0 ? rng_() % 16 : 0));
     if (rng_() % 2) {
-      ops_.erase(ops_.begin() + static_cast<std::ptrdiff_t>(from), ops_.begin() + static_cast<std::ptrdiff_t>(to));
+      ops_.erase(ops_.begin() + static_cast<std::ptrdiff_t>(from),
+                 ops_.begin() + static_cast<std::ptrdiff_t>(to));
     } else {
       const std::vector<std::string> copy(ops_.begin() + static_cast<std::ptrdiff_t>(from),
                                           ops_.begin() + static_cast<std::ptrdiff_t>(to));
@@ -327,8 +278,12 @@ class Mutator {
     const int i = find_op([](const std::string& op) { return code(op) == 'c'; });
     if (i < 0) return false;
     switch (rng_() % 4) {
-      case 0: ops_[i] = global_op("torch", pick(rng_, kStorageClasses)); break;
-      case 1: ops_[i] = global_op("torch", pick(rng_, kDtypes)); break;
+      case 0:
+        ops_[i] = global_op("torch", pick(rng_, kStorageClasses));
+        break;
+      case 1:
+        ops_[i] = global_op("torch", pick(rng_, kDtypes));
+        break;
       case 2: {  // the same global as STACK_GLOBAL (protocol 4)
         const std::size_t nl = ops_[i].find('\n');
         const std::string module = ops_[i].substr(1, nl - 1);
@@ -348,7 +303,8 @@ class Mutator {
   bool shared_reference() {
     if (ops_.size() < 2) return false;
     const std::size_t after = below(rng_, ops_.size() - 1);
-    const std::uint64_t index = rng_() % 8 == 0 ? pick(rng_, kInts) & 0xffffffff : memo_size(ops_, after + 1);
+    const std::uint64_t index =
+        rng_() % 8 == 0 ? pick(rng_, kInts) & 0xffffffff : memo_size(ops_, after + 1);
     const std::string put = rng_() % 4 == 0 ? std::string("\x94") : memo_op(true, index);
     ops_.insert(ops_.begin() + static_cast<std::ptrdiff_t>(after + 1), put);
     std::vector<int> leaves;
@@ -363,22 +319,31 @@ class Mutator {
     if (i < 0) return false;
     std::string s = *str_of(ops_[i]);
     switch (rng_() % 3) {
-      case 0: s = pick(rng_, kStrings); break;
-      case 1: s = record_key(); break;
+      case 0:
+        s = pick(rng_, kStrings);
+        break;
+      case 1:
+        s = record_key();
+        break;
       default: {
         s.resize(s.size() * 2 + 8);
-        s.resize(LLVMFuzzerMutate(reinterpret_cast<std::uint8_t*>(&s[0]), s.size() / 2 - 4, s.size()));
+        s.resize(
+            LLVMFuzzerMutate(reinterpret_cast<std::uint8_t*>(&s[0]), s.size() / 2 - 4, s.size()));
       }
     }
-    ops_[i] = code(ops_[i]) == 0x8c && s.size() < 256 ? "\x8c" + little_bytes(s.size(), 1) + s : str_op(s);
+    ops_[i] = code(ops_[i]) == 0x8c && s.size() < 256 ? "\x8c" + little_bytes(s.size(), 1) + s
+                                                      : str_op(s);
     return true;
   }
+  std::string& target() {
+    return target_record_ < 0 ? in_.pickle
+                              : in_.records[static_cast<std::size_t>(target_record_)].second;
+  }
   bool mutate_pickle_bytes() {
-    std::string& p = *target_;
+    std::string& p = target();
     const std::size_t size = p.size();
     p.resize(size * 2 + 64);
     p.resize(LLVMFuzzerMutate(reinterpret_cast<std::uint8_t*>(&p[0]), size, p.size()));
-    bytes_done_ = true;
     return true;
   }
 
@@ -391,7 +356,8 @@ class Mutator {
       }
     }
     if (in_.records.size() < kMaxRecords) {
-      in_.records.emplace_back(name, std::string(static_cast<std::size_t>(size), static_cast<char>(rng_())));
+      in_.records.emplace_back(
+          name, std::string(static_cast<std::size_t>(size), static_cast<char>(rng_())));
     }
   }
   // Every storage's record made exactly count x element bytes, where that is small: the loads
@@ -424,10 +390,10 @@ class Mutator {
     switch (rng_() % 6) {
       case 0: {  // byteorder
         const char* orders[] = {"little", "big", "", "middle", "big\n"};
+        set_record("byteorder", 0);
         for (auto& [name, bytes] : records) {
-          if (name == "byteorder") return bytes = pick(rng_, orders), true;
+          if (name == "byteorder") bytes = pick(rng_, orders);
         }
-        records.emplace_back("byteorder", pick(rng_, orders));
         return true;
       }
       case 1: {  // the format version
@@ -445,8 +411,10 @@ class Mutator {
         return true;
       case 3: {  // renamed
         if (records.empty()) return false;
-        const char* names[] = {"data.pkl", "data/", "constants.pkl", "../data/0", "code/__torch__.py"};
-        records[below(rng_, records.size())].first = rng_() % 2 ? "data/" + record_key() : pick(rng_, names);
+        const char* names[] = {"data.pkl", "data/", "constants.pkl", "../data/0",
+                               "code/__torch__.py"};
+        records[below(rng_, records.size())].first =
+            rng_() % 2 ? "data/" + record_key() : pick(rng_, names);
         return true;
       }
       default: {  // contents
@@ -460,29 +428,31 @@ class Mutator {
     }
   }
   bool mutate_header() {
-    switch (rng_() % 3) {
-      case 0: in_.entry = static_cast<std::uint8_t>(rng_()); break;
-      case 1: in_.zip_change = static_cast<std::uint8_t>(rng_() % kNumZipChanges); break;
+    switch (rng_() % 2) {
+      case 0:
+        in_.zip_change = static_cast<std::uint8_t>(rng_() % kNumZipChanges);
+        break;
       default:
         in_.zip_record = static_cast<std::uint8_t>(rng_());
-        in_.zip_arg = rng_() % 2 ? static_cast<std::uint32_t>(rng_()) : static_cast<std::uint32_t>(pick(rng_, kInts));
+        in_.zip_arg = rng_() % 2 ? static_cast<std::uint32_t>(rng_())
+                                 : static_cast<std::uint32_t>(pick(rng_, kInts));
     }
     return true;
   }
 
   Input& in_;
   Rng rng_;
-  std::string* target_ = nullptr;
+  // The pickle edited: data.pkl (-1) or a record's (an index: records may be added meanwhile).
+  int target_record_ = -1;
   std::vector<std::string> ops_;
   std::vector<StorageRef> storages_;
-  bool bytes_done_ = false;
 };
 
 /// LLVMFuzzerCustomMutator's body: the input parsed, edited once (or its bytes mutated by
 /// libFuzzer's own mutations), written back if it fits in `max_size`. An input too short to parse
 /// becomes `start` as it is (an empty corpus starts there).
-inline std::size_t mutate(std::uint8_t* data, std::size_t size, std::size_t max_size,
-                          unsigned seed, const Input& start) {
+inline std::size_t mutate(std::uint8_t* data, std::size_t size, std::size_t max_size, unsigned seed,
+                          const Input& start) {
   Input in;
   const bool parsed = parse(data, size, in);
   if (!parsed) in = start;
@@ -498,9 +468,9 @@ inline std::size_t mutate(std::uint8_t* data, std::size_t size, std::size_t max_
 
 /// LLVMFuzzerCustomCrossOver's body: the first pickle's opcodes up to a point, the second's from
 /// a point, and the records of both (the first's where names agree).
-inline std::size_t cross_over(const std::uint8_t* data1, std::size_t size1, const std::uint8_t* data2,
-                              std::size_t size2, std::uint8_t* out, std::size_t max_out_size,
-                              unsigned seed) {
+inline std::size_t cross_over(const std::uint8_t* data1, std::size_t size1,
+                              const std::uint8_t* data2, std::size_t size2, std::uint8_t* out,
+                              std::size_t max_out_size, unsigned seed) {
   Input a, b;
   if (!parse(data1, size1, a) || !parse(data2, size2, b)) return 0;
   Rng rng(seed);
