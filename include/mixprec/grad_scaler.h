@@ -200,7 +200,10 @@ class GradScaler {
   /// The state_dict() entries, one archive key each, in a LibTorch archive: `torch::save(scaler,
   /// path)` and `torch::load(scaler, path)` work as for modules and optimizers (through the
   /// operator<< and operator>> below), C++ to C++ (Python's torch.load does not read LibTorch
-  /// archives: use mixprec::save_checkpoint). load() checks as load_state_dict() does.
+  /// archives: use mixprec::save_checkpoint). load() checks as load_state_dict() does. The
+  /// archive itself is read by LibTorch's own reader, which crashes on crafted files
+  /// (docs/checkpoints.md): for files of unknown origin use mixprec::pickle_load and
+  /// load_state_dict, or mixprec::load_checkpoint.
   void save(torch::serialize::OutputArchive& archive) const;
   void load(torch::serialize::InputArchive& archive);
 
