@@ -9,12 +9,6 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -22,7 +16,6 @@
 #include <vector>
 
 #include "mixprec/grad_scaler.h"
-#include "mixprec/serialize.h"
 #include "torch/checkpoint/dicts.h"
 #include "torch/checkpoint/saving.h"
 #include "torch/checkpoint/unpickle.h"
