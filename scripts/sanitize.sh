@@ -26,6 +26,11 @@ if [[ ! -x $ASAN_SYMBOLIZER_PATH ]]; then
   exit 2
 fi
 
+asan_run() {  # asan_run TESTS: one gtest executable under ASan + UBSan, leaks checked
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp \
+    UBSAN_OPTIONS=print_stacktrace=1 "$1" --gtest_brief=1
+}
+
 asan() {
   echo "== ASan + UBSan: core tests, and the LibTorch adapter's tests (LibTorch uninstrumented)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIXPREC_WITH_TORCH=ON \
@@ -33,11 +38,21 @@ asan() {
     -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
   cmake --build build-asan -j "$JOBS" --target mixprec_core_tests mixprec_torch_tests \
     mixprec_c_api_tests
-  for tests in ./build-asan/tests/mixprec_core_tests ./build-asan/tests/torch/mixprec_torch_tests \
-      ./build-asan/tests/c_api/mixprec_c_api_tests; do
-    ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp \
-      UBSAN_OPTIONS=print_stacktrace=1 "$tests" --gtest_brief=1
-  done
+  # The core's tests (the longest: ~3 minutes under ASan) run beside the LibTorch adapter's and
+  # the C ABI's, which run one after the other; each executable's output is printed whole.
+  local core_log status=0
+  core_log=$(mktemp)
+  asan_run ./build-asan/tests/mixprec_core_tests >"$core_log" 2>&1 &
+  local core_pid=$!
+  echo "-- mixprec_torch_tests"
+  asan_run ./build-asan/tests/torch/mixprec_torch_tests || status=1
+  echo "-- mixprec_c_api_tests"
+  asan_run ./build-asan/tests/c_api/mixprec_c_api_tests || status=1
+  wait "$core_pid" || status=1
+  echo "-- mixprec_core_tests"
+  cat "$core_log"
+  rm -f "$core_log"
+  return "$status"
 }
 
 tsan() {
@@ -49,6 +64,17 @@ tsan() {
   ARCHER=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -n1 || true)
   OMP_TOOL_LIBRARIES=${ARCHER} TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1" \
     ./build-tsan/tests/mixprec_core_tests --gtest_brief=1 --gtest_filter='*Thread*:*ManySmall*'
+}
+
+fuzz_run() {  # fuzz_run TARGET: a bounded libFuzzer run on a copy of the target's corpus
+  local work status=0
+  work=$(mktemp -d)
+  cp -r "tests/fuzz/corpus/$1"/. "$work"/ 2>/dev/null || true
+  LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan_fuzz.supp ASAN_OPTIONS=malloc_context_size=2 \
+    "./build-fuzz/tests/fuzz/$1" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 \
+    -print_final_stats=1 "$work" || status=$?
+  rm -rf "$work"
+  return "$status"
 }
 
 fuzz() {
@@ -65,23 +91,26 @@ fuzz() {
   local targets=(fuzz_unscale fuzz_update_rule fuzz_dequantize_mxfp8 fuzz_state_dict
                  fuzz_pickle_load fuzz_load_checkpoint fuzz_c_load_state_dict fuzz_torch_save)
   cmake --build build-fuzz -j "$JOBS" --target "${targets[@]}"
-  for target in "${targets[@]}"; do
-    corpus=tests/fuzz/corpus/${target}
-    work=$(mktemp -d)
-    cp -r "$corpus"/. "$work"/ 2>/dev/null || true
-    echo "-- $target"
-    log=$(mktemp)
-    if ! LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan_fuzz.supp \
-        ASAN_OPTIONS=malloc_context_size=2 \
-        ./build-fuzz/tests/fuzz/$target -max_total_time="$FUZZ_SECONDS" -timeout=10 \
-        -rss_limit_mb=4096 -print_final_stats=1 "$work" >"$log" 2>&1; then
-      tail -n 60 "$log"
-      echo "FAILED: $target found a crash or a mismatch (input saved as crash-* in $(pwd))"
-      exit 1
-    fi
-    grep -E "stat::number_of_executed_units|DONE" "$log" || true
-    rm -f "$log"
-    rm -rf "$work"
+  # Each run is single-threaded: JOBS of them at a time, each on a copy of its corpus.
+  local i j
+  for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
+    local batch=("${targets[@]:i:JOBS}") pids=() logs=()
+    for target in "${batch[@]}"; do
+      logs+=("$(mktemp)")
+      fuzz_run "$target" >"${logs[-1]}" 2>&1 &
+      pids+=($!)
+    done
+    for j in "${!batch[@]}"; do
+      echo "-- ${batch[j]}"
+      if ! wait "${pids[j]}"; then
+        tail -n 60 "${logs[j]}"
+        echo "FAILED: ${batch[j]} found a crash or a mismatch (input saved as crash-* in $(pwd))"
+        wait || true
+        exit 1
+      fi
+      grep -E "stat::number_of_executed_units|DONE" "${logs[j]}" || true
+      rm -f "${logs[j]}"
+    done
   done
 }
 
