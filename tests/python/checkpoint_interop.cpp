@@ -156,6 +156,7 @@ int write_files(const std::string& dir) {
   model->forward(torch::randn({5, 3})).sum().backward();
   adam.step();
   mixprec::save_checkpoint(dir + "/written_checkpoint.pt", *model, adam, scaler);
+  mixprec::pickle_save_untagged(scaler.state_dict(), dir + "/written_scaler_state.pt");
   mixprec_grad_scaler* s = nullptr;
   if (mixprec_grad_scaler_create(nullptr, &s) != MIXPREC_OK ||
       mixprec_grad_scaler_save(s, (dir + "/written_scaler.pt").c_str()) != MIXPREC_OK ||

@@ -185,7 +185,8 @@ def main():
         with zipfile.ZipFile(crc_zero) as z:
             crcs = {i.CRC for i in z.infolist() if "/data/" in i.filename}
         print("set_crc32_options(False): the records' CRC fields are", crcs)
-    # What mixprec's own writers write (save_checkpoint, the C ABI's path and stream saves).
+    # What mixprec's own writers write (save_checkpoint, pickle_save_untagged to a path, the C
+    # ABI's path and stream saves).
     written = os.path.join(folder, "written")
     os.makedirs(written)
     subprocess.run([args.exe, "write", written], check=True)

@@ -225,6 +225,38 @@ TEST(DurableSaveTest, FsyncThenRenameThenFsyncOfTheFolder) {
   EXPECT_EQ(files_in(dir), std::vector<std::string>{"ckpt.pt"});
 }
 
+// pickle_save_untagged(value, path), for a scaler's state or any piece of a checkpoint, is the
+// same writer: a planted link is not followed, the mode is kept, fsync, rename, fsync of the
+// folder, and a failure names the call and changes nothing.
+TEST(DurableSaveTest, PickleSaveUntaggedToAPathIsTheSameWriter) {
+  const std::string dir = folder("untagged");
+  const std::string victim = dir + "/victim.txt", target = dir + "/scaler.pt";
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, target + ".partial");
+  mixprec::GradScaler scaler(mixprec::GradScalerOptions().init_scale(512.0));
+  mixprec::pickle_save_untagged(scaler.state_dict(), target);
+  fs::permissions(target, fs::perms(0600));
+  calls.clear();
+  mixprec::pickle_save_untagged(scaler.state_dict(), target);
+  ASSERT_EQ(calls.size(), 3u) << ::testing::PrintToString(calls);
+  EXPECT_EQ(calls[0].rfind("fsync " + dir + "/.scaler.pt.tmp-", 0), 0u) << calls[0];
+  EXPECT_EQ(calls[1].rfind("rename " + dir + "/.scaler.pt.tmp-", 0), 0u) << calls[1];
+  EXPECT_EQ(calls[2], "fsync " + dir);
+  EXPECT_EQ(fs::status(target).permissions(), fs::perms(0600));
+  EXPECT_EQ(read_file(victim), "precious");
+  const std::string bytes = read_file(target);
+  mixprec::GradScaler loaded;
+  loaded.load_state_dict(
+      mixprec::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
+  EXPECT_EQ(loaded.get_scale(), 512.0);
+  fail_rename = EXDEV;
+  EXPECT_THROW_WITH(mixprec::pickle_save_untagged(scaler.state_dict(), target),
+                    "mixprec::pickle_save_untagged: cannot save " + target + ": rename() failed");
+  EXPECT_TRUE(read_file(target) == bytes);
+  EXPECT_EQ(files_in(dir),
+            (std::vector<std::string>{"scaler.pt", "scaler.pt.partial", "victim.txt"}));
+}
+
 // 200 saves killed with SIGKILL at random points: the target always holds one checkpoint or the
 // other, whole.
 TEST(DurableSaveTest, AWriterKilledAnywhereLeavesTheOldOrTheNewFile) {

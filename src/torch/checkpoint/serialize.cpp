@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "torch/checkpoint/file_writer.h"
@@ -63,6 +64,10 @@ std::vector<char> pickle_save_untagged(const c10::IValue& value) {
     archive.insert(archive.end(), bytes, bytes + size);
   });
   return archive;
+}
+
+void pickle_save_untagged(const c10::IValue& value, const std::string& path) {
+  detail::save_untagged(path, value, "mixprec::pickle_save_untagged");
 }
 
 }  // namespace mixprec
