@@ -15,6 +15,8 @@ namespace mixprec {
 /// - `found_inf`: a float32 tensor on the scale's device; when it is non-zero, step() must leave
 ///   parameters, gradients and optimizer state (step counters included) untouched. mixprec
 ///   passes 0 or 1, never a sum over devices (see Note [found_inf is 0 or 1]).
+/// - `clip_coef`: after GradScaler::clip_grad_norm_, the clip coefficient to apply in the same
+///   pass (the gradients are then still scaled: grad_scale is set too).
 /// Neither is a host value, so the whole step stays free of device synchronisation.
 class SupportsAmpScaling {
  public:
@@ -22,6 +24,10 @@ class SupportsAmpScaling {
 
   at::Tensor grad_scale;  ///< divide gradients by this (undefined: already unscaled)
   at::Tensor found_inf;   ///< non-zero: skip the whole step
+  /// Set by GradScaler::clip_grad_norm_: a float32 1-element tensor, the clip coefficient. Each
+  /// gradient becomes fl(fl(g * (1 / grad_scale)) * clip_coef), written back, before the update
+  /// uses it (undefined: no clip).
+  at::Tensor clip_coef;
 };
 
 }  // namespace mixprec

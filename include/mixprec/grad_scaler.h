@@ -110,6 +110,26 @@ class GradScaler {
   at::Tensor step(torch::optim::Optimizer& optimizer,
                   const torch::optim::Optimizer::LossClosure& closure);
 
+  /// PyTorch's `unscale_(optimizer)` + `clip_grad_norm_(params, max_norm, norm_type)` in fewer
+  /// passes: one read of the scaled grads records found_inf (as unscale_ does, reducer and
+  /// diagnostics included) and the total norm of the unscaled grads (mixprec::get_total_norm's
+  /// accuracy), and `optimizer` becomes kUnscaled, so unscale_() after it throws as in PyTorch.
+  /// - A mixprec fused optimizer (SupportsAmpScaling) gets the scale and the coefficient and
+  ///   applies both in its step's single pass; the grads stay scaled until that step(), which
+  ///   writes them back unscaled and clipped.
+  /// - Any other optimizer gets its grads unscaled and clipped now, in one read-write pass.
+  /// Either way the step sees, bit for bit, the grads of PyTorch's unscale_ then
+  /// clip_grads_with_norm_(params, max_norm, norm) for this norm, whatever the scale. A step
+  /// skipped on inf/NaN leaves parameters and state untouched. norm_type other than 2 and inf
+  /// unscales first (unscale_) and clips in a second pass. Returns the unscaled total norm
+  /// (0-dim float32, no host sync). Disabled: mixprec::clip_grad_norm_ of the parameters.
+  /// Throws for fp16 grads ("Attempting to unscale FP16 gradients.") and sparse grads.
+  at::Tensor clip_grad_norm_(torch::optim::Optimizer& optimizer, double max_norm,
+                             double norm_type = 2.0);
+  /// The norms clip_grad_norm_ returned, oldest first: at most history_size() of them, or the
+  /// last one when history_size is 0 (a device sync on CUDA).
+  std::vector<double> grad_norm_history() const;
+
   /// Backs the scale off if any step of this iteration saw inf/NaN, else counts a clean step and
   /// grows the scale every growth_interval clean steps. Resets every optimizer to kReady.
   void update();
@@ -221,6 +241,10 @@ class GradScaler {
     FoundInfPerDevice found_inf_per_device;
     bool reduced = true;  // false while the reducer has not gone through (it threw)
     bool recorded = false;  // found_inf recorded (by unscale_, or step()'s check on the fused path)
+    // Set by clip_grad_norm_ for a SupportsAmpScaling optimizer: the coefficient its step
+    // applies; grads_scaled: the grads are still scaled (the step unscales them too).
+    at::Tensor clip_coef;
+    bool grads_scaled = false;
   };
 
   // Note [Last steps are bounded and fingerprinted]
@@ -253,6 +277,7 @@ class GradScaler {
   PerOptimizerState& state_for(const torch::optim::Optimizer& optimizer);
   const PerOptimizerState* find_state(const torch::optim::Optimizer& optimizer) const;
   at::Tensor step_fused(torch::optim::Optimizer& optimizer, PerOptimizerState& state);
+  void record_grad_norm(const at::Tensor& norm);
 
   GradScalerOptions options_;
   double init_scale_;
@@ -279,6 +304,7 @@ class GradScaler {
   std::unordered_map<const void*, std::string> parameter_names_;
   bool has_overflow_report_ = false;
   OverflowReport last_overflow_report_;
+  std::vector<at::Tensor> grad_norms_;  // clip_grad_norm_'s results, oldest first
 };
 
 /// One line with plain numbers, e.g.

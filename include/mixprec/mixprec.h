@@ -4,6 +4,7 @@
 #include "mixprec/amp_optimizer.h"
 #include "mixprec/autocast.h"
 #include "mixprec/checkpoint.h"
+#include "mixprec/clip.h"
 #include "mixprec/functional.h"
 #include "mixprec/grad_scaler.h"
 #include "mixprec/grad_scaler_options.h"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "mixprec/core/clip_kernels.h"
 #include "mixprec/core/half.h"
 #include "mixprec/core/macros.h"
 #include "mixprec/core/optim_kernels.h"
@@ -74,6 +75,69 @@ MIXPREC_HOST_DEVICE UnscaleOp<kType> make_unscale_op(float inv) {
   return {static_cast<Compute>(inv), inv != 1.0f};
 }
 
+/// One element of the clip norm (core::grad_norm_, run by the CUDA kernel): note a non-finite
+/// value as stored, take u = the element times `inv` as unscale_ stores it, and add u^2 in double
+/// (kTwo, exact for float u) or keep the largest |u| (kInf; NaN sticks). Each thread keeps its own
+/// op; the kernel combines them in a fixed order.
+template <DType kType, NormKind kKind>
+struct NormOp {
+  using T = UnscaleType<kType>;
+  static constexpr int kDepth = 1;
+  typename T::Compute inv;
+  bool multiply;
+  double value = 0.0;
+  bool found = false;
+
+  MIXPREC_HOST_DEVICE void operator()(typename T::Storage (&e)[1]) {
+    found |= T::nonfinite(e[0]);
+    typename T::Compute u = T::load(e[0]);
+    if (multiply) u = T::load(T::store(u * inv));
+    const double w = static_cast<double>(u);
+    if constexpr (kKind == NormKind::kTwo) {
+      value = value + w * w;
+    } else {
+      value = max_keep_nan(value, w < 0 ? -w : w);
+    }
+  }
+
+  /// max of two norms that keeps a NaN (values are >= 0 or NaN).
+  MIXPREC_HOST_DEVICE static double max_keep_nan(double a, double b) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a > b ? a : b;
+  }
+};
+
+/// The norm op for inverse scale `inv` (1: no multiply).
+template <DType kType, NormKind kKind>
+MIXPREC_HOST_DEVICE NormOp<kType, kKind> make_norm_op(float inv) {
+  using Compute = typename UnscaleType<kType>::Compute;
+  return {static_cast<Compute>(inv), inv != 1.0f};
+}
+
+/// One element of core::unscale_and_clip_ (run by the CUDA kernel): g = fl(fl(g * inv) * coef),
+/// rounded to the storage after each multiply (Note [The fused clip is two multiplies]).
+template <DType kType>
+struct ClipOp {
+  using T = UnscaleType<kType>;
+  static constexpr int kDepth = 1;
+  typename T::Compute inv, coef;
+  bool multiply;
+
+  MIXPREC_HOST_DEVICE void operator()(typename T::Storage (&e)[1]) const {
+    typename T::Compute u = T::load(e[0]);
+    if (multiply) u = T::load(T::store(u * inv));
+    e[0] = T::store(u * coef);
+  }
+};
+
+/// The clip op for inverse scale `inv` (1: no first multiply) and coefficient `coef`.
+template <DType kType>
+MIXPREC_HOST_DEVICE ClipOp<kType> make_clip_op(float inv, float coef) {
+  using Compute = typename UnscaleType<kType>::Compute;
+  return {static_cast<Compute>(inv), static_cast<Compute>(coef), inv != 1.0f};
+}
+
 // Note [CUDA fused kernels compute as the CPU ones]
 // The per-element expressions below are those of src/cpu/fused_optim.cpp, in the same order and
 // in the parameter's type, and CMakeLists.txt builds the CUDA sources with --fmad=false so that
@@ -92,17 +156,30 @@ MIXPREC_HOST_DEVICE inline float inverse_scale(const float* grad_scale) {
   return grad_scale == nullptr ? 1.0f : static_cast<float>(1.0 / static_cast<double>(*grad_scale));
 }
 
+/// The clip coefficient of a fused step: *clip_coef, or 1 (no clip) when it is null.
+MIXPREC_HOST_DEVICE inline float clip_coefficient(const float* clip_coef) {
+  return clip_coef == nullptr ? 1.0f : *clip_coef;
+}
+
+// Note [The fused clip is two multiplies]
+// With a clip coefficient, the gradient becomes fl(fl(g * inv_scale) * coef): PyTorch's unscale_
+// then clip_grads_with_norm_, rounding for rounding, for any scale (one multiply by
+// inv_scale * coef would differ from it in about a quarter of the elements when the scale is not
+// a power of two). The result is written back to the gradient, as PyTorch leaves it. fp16/bf16
+// storage (CPU only) rounds to its type between the two, as unscale_ stores it.
+
 /// One SGD element: e = {param, grad[, momentum_buffer]}. Its scalars are the CPU kernel's too.
 template <typename T, bool kMomentum>
 struct SgdOp {
   static constexpr int kDepth = kMomentum ? 3 : 2;
-  T inv_scale, weight_decay, momentum, one_minus_dampening, neg_lr;
-  bool unscale, decay, first, nesterov;
+  T inv_scale, weight_decay, momentum, one_minus_dampening, neg_lr, clip_coef;
+  bool unscale, decay, first, nesterov, clip;
 
   MIXPREC_HOST_DEVICE void operator()(T (&e)[kDepth]) const {
     T d = e[1];
     if (unscale) {
       d = d * inv_scale;
+      if (clip) d = d * clip_coef;  // Note [The fused clip is two multiplies]
       e[1] = d;
     }
     const T param = e[0];
@@ -118,19 +195,24 @@ struct SgdOp {
 };
 
 /// The SGD element op for inverse scale `inv` and a parameter whose applied-step count is
-/// `count` (null: no count; 0: the momentum buffer is still empty).
+/// `count` (null: no count; 0: the momentum buffer is still empty); `clip_coef` (may be null)
+/// is the clip coefficient.
 template <typename T, bool kMomentum>
 MIXPREC_HOST_DEVICE SgdOp<T, kMomentum> make_sgd_op(const SgdHyper& h, float inv,
-                                                    const std::int64_t* count) {
+                                                    const std::int64_t* count,
+                                                    const float* clip_coef = nullptr) {
+  const bool clip = clip_coef != nullptr;
   return {static_cast<T>(inv),
           static_cast<T>(h.weight_decay),
           static_cast<T>(h.momentum),
           static_cast<T>(1.0 - h.dampening),
           static_cast<T>(-1.0 * h.lr),
-          inv != 1.0f,
+          static_cast<T>(clip_coefficient(clip_coef)),
+          inv != 1.0f || clip,
           h.weight_decay != 0.0,
           count != nullptr && *count == 0,
-          h.nesterov};
+          h.nesterov,
+          clip};
 }
 
 /// One Adam element: e = {param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq]}. Its scalars
@@ -139,14 +221,15 @@ template <typename T, bool kAmsgrad>
 struct AdamOp {
   static constexpr int kDepth = kAmsgrad ? 5 : 4;
   T inv_scale, weight_decay, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
-  T neg_step_size, sqrt_bias_correction2, eps;
-  bool unscale, l2, decoupled;
+  T neg_step_size, sqrt_bias_correction2, eps, clip_coef;
+  bool unscale, l2, decoupled, clip;
 
   MIXPREC_HOST_DEVICE void operator()(T (&e)[kDepth]) const {
     using std::sqrt;
     T grad = e[1];
     if (unscale) {
       grad = grad * inv_scale;
+      if (clip) grad = grad * clip_coef;  // Note [The fused clip is two multiplies]
       e[1] = grad;
     }
     if (l2) grad = grad + weight_decay * e[0];
@@ -168,10 +251,11 @@ struct AdamOp {
 };
 
 /// The Adam(W) element op for inverse scale `inv` at step `step` (counting from 1); the bias
-/// corrections in double, as LibTorch.
+/// corrections in double, as LibTorch. `clip_coef` (may be null) is the clip coefficient.
 template <typename T, bool kAmsgrad>
 MIXPREC_HOST_DEVICE AdamOp<T, kAmsgrad> make_adam_op(const AdamHyper& h, float inv,
-                                                     std::int64_t step) {
+                                                     std::int64_t step,
+                                                     const float* clip_coef = nullptr) {
   using std::pow;
   using std::sqrt;
   const double bc1 = 1.0 - pow(h.beta1, static_cast<double>(step));
@@ -188,9 +272,11 @@ MIXPREC_HOST_DEVICE AdamOp<T, kAmsgrad> make_adam_op(const AdamHyper& h, float i
           static_cast<T>(-(h.lr / bc1)),
           static_cast<T>(sqrt(bc2)),
           static_cast<T>(h.eps),
-          inv != 1.0f,
+          static_cast<T>(clip_coefficient(clip_coef)),
+          inv != 1.0f || clip_coef != nullptr,
           has_decay && !decoupled,
-          has_decay && decoupled};
+          has_decay && decoupled,
+          clip_coef != nullptr};
 }
 
 }  // namespace mixprec::core

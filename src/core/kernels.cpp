@@ -1,14 +1,17 @@
 // The kernel dispatch point of mixprec: argument checks, then the backend for the views' device.
 // Every caller (LibTorch adapter, LossScaler, user engines) goes through here: unscale-and-check,
-// the scale update and the fused optimizers (include/mixprec/core/kernels.h, optim_kernels.h);
+// the scale update, the clipping norm and multiply, and the fused optimizers
+// (include/mixprec/core/kernels.h, clip_kernels.h, optim_kernels.h);
 // its FP8 half is kernels_fp8.cpp (mixprec/core/fp8.h).
 #include "mixprec/core/kernels.h"
 
 #include <string>
 
 #include "core/dispatch.h"
+#include "cpu/clip.h"
 #include "cpu/fused_optim.h"
 #include "cpu/unscale.h"
+#include "mixprec/core/clip_kernels.h"
 #include "mixprec/core/error.h"
 #include "mixprec/core/optim_kernels.h"
 
@@ -121,30 +124,75 @@ bool run_fused(Device device, const char* who, const float* grad_scale, const fl
   return true;
 }
 
+// The checks of a list of gradient views: sizes, pointers, one device (returned).
+Device check_grad_views(const TensorView* grads, std::size_t count, const char* who) {
+  MIXPREC_CHECK(grads != nullptr || count == 0, who, ": grads is null but count is ", count);
+  const Device device = count == 0 ? Device{} : grads[0].device;
+  for (std::size_t i = 0; i < count; ++i) {
+    const TensorView& g = grads[i];
+    MIXPREC_CHECK(g.numel >= 0, who, ": grad ", i, " has a negative element count ", g.numel);
+    MIXPREC_CHECK(g.data != nullptr || g.numel == 0, who, ": grad ", i, " has ", g.numel,
+                  " elements but a null data pointer");
+    MIXPREC_CHECK(g.device == device, who, ": all grads must be on one device; grad 0 is on ",
+                  device_name(device), ", grad ", i, " on ", device_name(g.device));
+  }
+  return device;
+}
+
 }  // namespace
 
 void non_finite_check_and_unscale_(const TensorView* grads, std::size_t count, float* found_inf,
                                    const float* inv_scale, void* stream) {
   constexpr const char* kWho = "non_finite_check_and_unscale_";
   if (count == 0) return;  // as PyTorch: an empty list checks nothing
-  MIXPREC_CHECK(grads != nullptr, kWho, ": grads is null but count is ", count);
   MIXPREC_CHECK(found_inf != nullptr, kWho, ": found_inf must not be null");
   MIXPREC_CHECK(inv_scale != nullptr, kWho, ": inv_scale must not be null");
-  const Device device = grads[0].device;
-  for (std::size_t i = 0; i < count; ++i) {
-    const TensorView& g = grads[i];
-    MIXPREC_CHECK(g.numel >= 0, kWho, ": grad ", i, " has a negative element count ", g.numel);
-    MIXPREC_CHECK(g.data != nullptr || g.numel == 0, kWho, ": grad ", i, " has ", g.numel,
-                  " elements but a null data pointer");
-    MIXPREC_CHECK(g.device == device, kWho, ": all grads must be on one device; grad 0 is on ",
-                  device_name(device), ", grad ", i, " on ", device_name(g.device));
-  }
+  const Device device = check_grad_views(grads, count, kWho);
   if (device.type == DeviceType::kCPU) {
     cpu::non_finite_check_and_unscale(grads, count, found_inf, *inv_scale);
     return;
   }
 #ifdef MIXPREC_WITH_CUDA
   cuda::non_finite_check_and_unscale(grads, count, found_inf, inv_scale, stream);
+#else
+  (void)stream;
+  detail::throw_no_cuda(kWho);
+#endif
+}
+
+
+void grad_norm_(const TensorView* grads, std::size_t count, NormKind kind, const float* inv_scale,
+                double* out, float* found_inf, double* per_view, void* stream) {
+  constexpr const char* kWho = "grad_norm_";
+  MIXPREC_CHECK(out != nullptr, kWho, ": out must not be null");
+  MIXPREC_CHECK(kind == NormKind::kTwo || kind == NormKind::kInf, kWho, ": unknown norm kind ",
+                static_cast<int>(kind));
+  const Device device = check_grad_views(grads, count, kWho);
+  if (device.type == DeviceType::kCPU) {
+    cpu::grad_norm(grads, count, kind, inv_scale == nullptr ? 1.0f : *inv_scale, out, found_inf,
+                   per_view);
+    return;
+  }
+#ifdef MIXPREC_WITH_CUDA
+  cuda::grad_norm(grads, count, kind, inv_scale, out, found_inf, per_view, stream);
+#else
+  (void)stream;
+  detail::throw_no_cuda(kWho);
+#endif
+}
+
+void unscale_and_clip_(const TensorView* grads, std::size_t count, const float* inv_scale,
+                       const float* coef, void* stream) {
+  constexpr const char* kWho = "unscale_and_clip_";
+  MIXPREC_CHECK(coef != nullptr, kWho, ": coef must not be null");
+  const Device device = check_grad_views(grads, count, kWho);
+  if (count == 0) return;
+  if (device.type == DeviceType::kCPU) {
+    cpu::unscale_and_clip(grads, count, inv_scale == nullptr ? 1.0f : *inv_scale, *coef);
+    return;
+  }
+#ifdef MIXPREC_WITH_CUDA
+  cuda::unscale_and_clip(grads, count, inv_scale, coef, stream);
 #else
   (void)stream;
   detail::throw_no_cuda(kWho);
@@ -174,7 +222,8 @@ void update_scale_(float* scale, std::int32_t* growth_tracker, const float* foun
 }
 
 bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
-                const float* grad_scale, const float* found_inf, void* stream) {
+                const float* grad_scale, const float* found_inf, void* stream,
+                const float* clip_coef) {
   constexpr const char* kWho = "fused_sgd_";
   const Device device = optim_device(params, count, kWho);
   const bool cuda = device.type == DeviceType::kCUDA;
@@ -192,14 +241,15 @@ bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyp
       device, kWho, grad_scale, found_inf,
       [&] {
 #ifdef MIXPREC_WITH_CUDA
-        cuda::fused_sgd(params, count, hyper, grad_scale, found_inf, stream);
+        cuda::fused_sgd(params, count, hyper, grad_scale, found_inf, stream, clip_coef);
 #endif
       },
-      [&](float inv_scale) { cpu::fused_sgd(params, count, hyper, inv_scale); });
+      [&](float inv_scale) { cpu::fused_sgd(params, count, hyper, inv_scale, clip_coef); });
 }
 
 bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                 const float* grad_scale, const float* found_inf, void* stream) {
+                 const float* grad_scale, const float* found_inf, void* stream,
+                 const float* clip_coef) {
   constexpr const char* kWho = "fused_adam_";
   const Device device = optim_device(params, count, kWho);
   const bool cuda = device.type == DeviceType::kCUDA;
@@ -222,10 +272,10 @@ bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& 
       device, kWho, grad_scale, found_inf,
       [&] {
 #ifdef MIXPREC_WITH_CUDA
-        cuda::fused_adam(params, count, hyper, grad_scale, found_inf, stream);
+        cuda::fused_adam(params, count, hyper, grad_scale, found_inf, stream, clip_coef);
 #endif
       },
-      [&](float inv_scale) { cpu::fused_adam(params, count, hyper, inv_scale); });
+      [&](float inv_scale) { cpu::fused_adam(params, count, hyper, inv_scale, clip_coef); });
 }
 
 }  // namespace mixprec::core

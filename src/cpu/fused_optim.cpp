@@ -74,9 +74,10 @@ S* data_of(const TensorView& v, std::int64_t offset) {
 // fp16/bf16, which compute in float).
 template <typename T>
 void run_sgd(const SgdTensors* params, const std::vector<std::size_t>& index,
-             const std::vector<std::int64_t>& numels, const SgdHyper& h, float inv_scale) {
+             const std::vector<std::int64_t>& numels, const SgdHyper& h, float inv_scale,
+             const float* clip_coef) {
   using S = std::conditional_t<std::is_same_v<T, double>, double, float>;  // the compute type
-  const SgdOp<S, true> op = make_sgd_op<S, true>(h, inv_scale, nullptr);
+  const SgdOp<S, true> op = make_sgd_op<S, true>(h, inv_scale, nullptr, clip_coef);
   const bool momentum = h.momentum != 0.0;
   parallel_over_elements(numels, [&](std::size_t k, std::int64_t begin, std::int64_t end) {
     const SgdTensors& t = params[index[k]];
@@ -94,12 +95,13 @@ void run_sgd(const SgdTensors* params, const std::vector<std::size_t>& index,
 
 template <typename T>
 void run_adam(const AdamTensors* params, const std::vector<std::size_t>& index,
-              const std::vector<std::int64_t>& numels, const AdamHyper& h, float inv_scale) {
+              const std::vector<std::int64_t>& numels, const AdamHyper& h, float inv_scale,
+              const float* clip_coef) {
   using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
   parallel_over_elements(numels, [&](std::size_t k, std::int64_t begin, std::int64_t end) {
     const AdamTensors& t = params[index[k]];
     // Bias corrections in double, from this parameter's own step count, as LibTorch.
-    const AdamOp<S, false> op = make_adam_op<S, false>(h, inv_scale, t.step);
+    const AdamOp<S, false> op = make_adam_op<S, false>(h, inv_scale, t.step, clip_coef);
     const AdamSpan<T> span{data_of<T>(t.param, begin),
                            data_of<T>(t.grad, begin),
                            data_of<T>(t.exp_avg, begin),
@@ -129,24 +131,28 @@ void split_by_dtype(const Tensors* params, std::size_t count, std::vector<std::s
 
 }  // namespace
 
-void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
-               float inv_scale) {
+void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper, float inv_scale,
+               const float* clip_coef) {
   std::vector<std::size_t> index[3];
   std::vector<std::int64_t> numels[3];
   split_by_dtype(params, count, index, numels);
-  if (!index[0].empty()) run_sgd<float>(params, index[0], numels[0], hyper, inv_scale);
-  if (!index[1].empty()) run_sgd<double>(params, index[1], numels[1], hyper, inv_scale);
-  if (!index[2].empty()) run_sgd<std::uint16_t>(params, index[2], numels[2], hyper, inv_scale);
+  if (!index[0].empty()) run_sgd<float>(params, index[0], numels[0], hyper, inv_scale, clip_coef);
+  if (!index[1].empty()) run_sgd<double>(params, index[1], numels[1], hyper, inv_scale, clip_coef);
+  if (!index[2].empty()) {
+    run_sgd<std::uint16_t>(params, index[2], numels[2], hyper, inv_scale, clip_coef);
+  }
 }
 
 void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                float inv_scale) {
+                float inv_scale, const float* clip_coef) {
   std::vector<std::size_t> index[3];
   std::vector<std::int64_t> numels[3];
   split_by_dtype(params, count, index, numels);
-  if (!index[0].empty()) run_adam<float>(params, index[0], numels[0], hyper, inv_scale);
-  if (!index[1].empty()) run_adam<double>(params, index[1], numels[1], hyper, inv_scale);
-  if (!index[2].empty()) run_adam<std::uint16_t>(params, index[2], numels[2], hyper, inv_scale);
+  if (!index[0].empty()) run_adam<float>(params, index[0], numels[0], hyper, inv_scale, clip_coef);
+  if (!index[1].empty()) run_adam<double>(params, index[1], numels[1], hyper, inv_scale, clip_coef);
+  if (!index[2].empty()) {
+    run_adam<std::uint16_t>(params, index[2], numels[2], hyper, inv_scale, clip_coef);
+  }
 }
 
 }  // namespace mixprec::core::cpu

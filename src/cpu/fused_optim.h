@@ -8,11 +8,13 @@
 
 namespace mixprec::core::cpu {
 
-/// The SGD update of core::fused_sgd_ with gradients multiplied by `inv_scale` (1: untouched).
-void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper, float inv_scale);
+/// The SGD update of core::fused_sgd_ with gradients multiplied by `inv_scale` (1: untouched),
+/// then by *clip_coef when it is not null (a host pointer).
+void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper, float inv_scale,
+               const float* clip_coef);
 
 /// The Adam(W) update of core::fused_adam_, likewise.
 void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                float inv_scale);
+                float inv_scale, const float* clip_coef);
 
 }  // namespace mixprec::core::cpu

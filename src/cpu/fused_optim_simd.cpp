@@ -25,8 +25,9 @@
 // one FMA on targets that have it, and results would depend on the CPU. fp16/bf16 parameters and
 // state are widened to float exactly, computed in float, and rounded to nearest even once per
 // store (Note [16-bit conversions in the SIMD kernels]); the math goes on with the unrounded float
-// values, as PyTorch's fused CPU kernels do. The remainder of a span that fills no whole vector
-// runs the same body on one-lane vectors.
+// values, as PyTorch's fused CPU kernels do; a clipped gradient is the exception, rounded to its
+// type before the step reads it, as PyTorch's step reads what clip_grads_with_norm_ stored. The
+// remainder of a span that fills no whole vector runs the same body on one-lane vectors.
 
 HWY_BEFORE_NAMESPACE();
 namespace mixprec::core::cpu {
@@ -46,6 +47,10 @@ struct WideIo {  // float or double storage: the compute type itself
   template <class D>
   static HWY_INLINE void Store(D d, hn::Vec<D> v, T* p) {
     hn::StoreU(v, d, p);
+  }
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Round(D, hn::Vec<D> v) {  // to the storage and back
+    return v;
   }
 };
 template <>
@@ -77,6 +82,15 @@ struct Io<std::uint16_t, DType::kFloat16> {
       hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, float_to_half(d, v))), du16, p);
     }
   }
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Round(D d, hn::Vec<D> v) {
+    if constexpr (kHardwareF16) {
+      const hn::Rebind<hwy::float16_t, D> dh;
+      return hn::PromoteTo(d, hn::DemoteTo(dh, v));
+    } else {
+      return half_to_float(d, float_to_half(d, v));
+    }
+  }
 };
 
 template <>
@@ -94,6 +108,11 @@ struct Io<std::uint16_t, DType::kBFloat16> {
     const hn::Rebind<std::uint16_t, D> du16;
     const auto bits = hn::ShiftRight<16>(bf16_in_upper_half(du32, v));
     hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, bits)), du16, p);
+  }
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Round(D d, hn::Vec<D> v) {
+    const hn::RebindToUnsigned<D> du32;
+    return hn::BitCast(d, hn::And(bf16_in_upper_half(du32, v), hn::Set(du32, 0xffff0000u)));
   }
 };
 
@@ -113,6 +132,10 @@ void sgd_span(const SgdSpan<S>& s, const SgdOp<T, true>& k) {
     auto grad = IoT::Load(d, s.grad + i);
     if constexpr (kUnscale) {
       grad = hn::Mul(grad, hn::Set(d, k.inv_scale));
+      if (k.clip) {  // Note [The fused clip is two multiplies] (element_ops.h)
+        // The step then reads the stored clipped gradient, as after PyTorch's clip.
+        grad = IoT::Round(d, hn::Mul(IoT::Round(d, grad), hn::Set(d, k.clip_coef)));
+      }
       IoT::Store(d, grad, s.grad + i);
     }
     const auto param = IoT::Load(d, s.param + i);
@@ -136,6 +159,10 @@ void adam_span(const AdamSpan<S>& s, const AdamOp<T, false>& k) {
     auto grad = IoT::Load(d, s.grad + i);
     if constexpr (kUnscale) {
       grad = hn::Mul(grad, hn::Set(d, k.inv_scale));
+      if (k.clip) {  // Note [The fused clip is two multiplies] (element_ops.h)
+        // The step then reads the stored clipped gradient, as after PyTorch's clip.
+        grad = IoT::Round(d, hn::Mul(IoT::Round(d, grad), hn::Set(d, k.clip_coef)));
+      }
       IoT::Store(d, grad, s.grad + i);
     }
     auto param = IoT::Load(d, s.param + i);

@@ -27,12 +27,14 @@ static_assert(sizeof(AdamMeta) + sizeof(AdamHyper) + 2 * sizeof(void*) <= 4096, 
 // kernel skips on found_inf, finds its chunk, makes the op and runs the chunk loop.
 template <typename T, bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
-    sgd_kernel(SgdMeta meta, SgdHyper h, const float* grad_scale, const float* found_inf) {
+    sgd_kernel(SgdMeta meta, SgdHyper h, const float* grad_scale, const float* found_inf,
+               const float* clip_coef) {
   if (skip_step(found_inf)) return;
   using Op = SgdOp<T, kMomentum>;
   std::int64_t begin = 0, end = 0;
   const int t = block_chunk(meta, &begin, &end);
-  const Op op = make_sgd_op<T, kMomentum>(h, inverse_scale(grad_scale), meta.counter[t]);
+  const Op op = make_sgd_op<T, kMomentum>(h, inverse_scale(grad_scale), meta.counter[t],
+                                                 clip_coef);
   T* ptr[Op::kDepth];
   bool write[Op::kDepth];
   for (int d = 0; d < Op::kDepth; ++d) {
@@ -44,13 +46,15 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, bool kAmsgrad>
 __global__ void __launch_bounds__(kThreads)
-    adam_kernel(AdamMeta meta, AdamHyper h, const float* grad_scale, const float* found_inf) {
+    adam_kernel(AdamMeta meta, AdamHyper h, const float* grad_scale, const float* found_inf,
+                const float* clip_coef) {
   if (skip_step(found_inf)) return;
   using Op = AdamOp<T, kAmsgrad>;
   std::int64_t begin = 0, end = 0;
   const int t = block_chunk(meta, &begin, &end);
   // This parameter's own step, counting from 1, as LibTorch.
-  const Op op = make_adam_op<T, kAmsgrad>(h, inverse_scale(grad_scale), *meta.counter[t] + 1);
+  const Op op = make_adam_op<T, kAmsgrad>(h, inverse_scale(grad_scale), *meta.counter[t] + 1,
+                                                 clip_coef);
   T* ptr[Op::kDepth];
   bool write[Op::kDepth];
   for (int d = 0; d < Op::kDepth; ++d) {
@@ -120,7 +124,8 @@ void run_step(const Tensors* params, std::size_t count, bool flag, const Set& se
 }  // namespace
 
 void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
-               const float* grad_scale, const float* found_inf, void* stream) {
+               const float* grad_scale, const float* found_inf, void* stream,
+               const float* clip_coef) {
   const auto s = static_cast<cudaStream_t>(stream);
   const bool momentum = hyper.momentum != 0.0;
   run_step<SgdMeta>(
@@ -133,14 +138,15 @@ void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hype
       },
       [&](auto type_tag, auto momentum_tag, const SgdMeta& meta, int blocks) {
         sgd_kernel<decltype(type_tag), decltype(momentum_tag)::value>
-            <<<blocks, kThreads, 0, s>>>(meta, hyper, grad_scale, found_inf);
+            <<<blocks, kThreads, 0, s>>>(meta, hyper, grad_scale, found_inf, clip_coef);
         check(cudaGetLastError(), "sgd_kernel launch");
       },
       found_inf, s);
 }
 
 void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                const float* grad_scale, const float* found_inf, void* stream) {
+                const float* grad_scale, const float* found_inf, void* stream,
+                const float* clip_coef) {
   const auto s = static_cast<cudaStream_t>(stream);
   run_step<AdamMeta>(
       params, count, hyper.amsgrad,
@@ -154,7 +160,7 @@ void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& h
       },
       [&](auto type_tag, auto amsgrad_tag, const AdamMeta& meta, int blocks) {
         adam_kernel<decltype(type_tag), decltype(amsgrad_tag)::value>
-            <<<blocks, kThreads, 0, s>>>(meta, hyper, grad_scale, found_inf);
+            <<<blocks, kThreads, 0, s>>>(meta, hyper, grad_scale, found_inf, clip_coef);
         check(cudaGetLastError(), "adam_kernel launch");
       },
       found_inf, s);

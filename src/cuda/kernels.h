@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mixprec/core/clip_kernels.h"
 #include "mixprec/core/fp8.h"
 #include "mixprec/core/optim_kernels.h"
 #include "mixprec/core/scale_policy.h"
@@ -27,11 +28,23 @@ void update_scale(float* scale, std::int32_t* growth_tracker, const float* found
 /// non-zero *found_inf (device memory, may be null) and read *grad_scale (may be null) on the
 /// device, then a launch that advances the step counts of applied steps.
 void fused_sgd(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
-               const float* grad_scale, const float* found_inf, void* stream);
+               const float* grad_scale, const float* found_inf, void* stream,
+               const float* clip_coef);
 
 /// core::fused_adam_ on the current device, likewise.
 void fused_adam(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                const float* grad_scale, const float* found_inf, void* stream);
+                const float* grad_scale, const float* found_inf, void* stream,
+                const float* clip_coef);
+
+/// core::grad_norm_ on the current device (Note [The CUDA clip norm] in clip.cu): per-chunk
+/// partial sums in double, combined in a fixed order by a last one-block kernel; every pointer
+/// is device memory and nothing waits for the host.
+void grad_norm(const TensorView* grads, std::size_t count, NormKind kind, const float* inv_scale,
+               double* out, float* found_inf, double* per_view, void* stream);
+
+/// core::unscale_and_clip_ on the current device: one multi-tensor pass.
+void unscale_and_clip(const TensorView* grads, std::size_t count, const float* inv_scale,
+                      const float* coef, void* stream);
 
 // FP8 (src/cuda/fp8.cu): core::amax_, quantize_fp8_, quantize_fp8_current_, dequantize_fp8_,
 // quantize_mxfp8_, dequantize_mxfp8_, the tile kernels and

@@ -74,6 +74,10 @@ struct AdamTensors {
 ///   `float(1.0 / double(*grad_scale))`, the inverse GradScaler::unscale_() uses, and the result
 ///   is written back to the gradient, in the same loop as the update; nothing is written to the
 ///   gradient when that inverse is 1.
+/// - `clip_coef` (may be null; on the parameters' device): the gradient clipping coefficient
+///   (clip_kernels.h). The gradient becomes fl(fl(g * inverse) * *clip_coef), fp16/bf16 rounded
+///   to their type after each multiply, as PyTorch's unscale_ then clip_grads_with_norm_ leave
+///   it, and is written back; the update reads that value.
 /// - Otherwise the update is, per element, with d = grad (+ weight_decay * param):
 ///   buf = first_step ? d : momentum * buf + (1 - dampening) * d;
 ///   d = nesterov ? d + momentum * buf : buf; param -= lr * d.
@@ -100,7 +104,8 @@ struct AdamTensors {
 /// bool stepped = mixprec::core::fused_sgd_(&t, 1, hyper, &scale, &found_inf);
 /// ```
 bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyper,
-                const float* grad_scale, const float* found_inf, void* stream = nullptr);
+                const float* grad_scale, const float* found_inf, void* stream = nullptr,
+                const float* clip_coef = nullptr);
 
 /// One fused Adam or AdamW step (LibTorch 1.13's torch::optim::Adam / AdamW math) over `count`
 /// parameters. `found_inf`, `grad_scale`, devices, `stream` and the return value are as in
@@ -113,6 +118,7 @@ bool fused_sgd_(const SgdTensors* params, std::size_t count, const SgdHyper& hyp
 /// On the CPU it returns true when the update was applied; the caller then advances each step
 /// counter. On CUDA the kernels advance the device step counts themselves.
 bool fused_adam_(const AdamTensors* params, std::size_t count, const AdamHyper& hyper,
-                 const float* grad_scale, const float* found_inf, void* stream = nullptr);
+                 const float* grad_scale, const float* found_inf, void* stream = nullptr,
+                 const float* clip_coef = nullptr);
 
 }  // namespace mixprec::core

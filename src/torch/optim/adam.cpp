@@ -94,7 +94,7 @@ void fused_adam_step(torch::optim::Optimizer& optimizer, const SupportsAmpScalin
       }
       const bool applied = call_kernel(who, device, [&](void* stream) {
         return core::fused_adam_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(device),
-                                 scalars.found_inf(device), stream);
+                                 scalars.found_inf(device), stream, scalars.clip_coef(device));
       });
       views.bump_versions();
       // CUDA: the device decided, and a skipped step wrote nothing, so copying back is exact.

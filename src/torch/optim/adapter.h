@@ -28,19 +28,22 @@ namespace mixprec::optim::detail {
 using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
 using StateKey = StateMap::key_type;
 
-/// GradScaler's two tensors where a kernel on a given device reads them: host floats for the
+/// GradScaler's tensors (grad_scale, found_inf, clip_coef) where a kernel on a given device reads them: host floats for the
 /// CPU kernels; tensors on the parameters' GPU for the CUDA kernels, copied there without
 /// waiting when they live elsewhere (the copies stay alive as long as this object).
 class AmpScalars {
  public:
   AmpScalars(const SupportsAmpScaling& amp, const char* who)
       : grad_scale_(checked(amp.grad_scale, "grad_scale", who)),
-        found_inf_(checked(amp.found_inf, "found_inf", who)) {}
+        found_inf_(checked(amp.found_inf, "found_inf", who)),
+        clip_coef_(checked(amp.clip_coef, "clip_coef", who)) {}
 
   /// Null when the optimizer's grad_scale is undefined (grads are not scaled).
   const float* grad_scale(const c10::Device& device) { return on(grad_scale_, device); }
   /// Null when the optimizer's found_inf is undefined (never skip).
   const float* found_inf(const c10::Device& device) { return on(found_inf_, device); }
+  /// Null when the optimizer's clip_coef is undefined (no clip).
+  const float* clip_coef(const c10::Device& device) { return on(clip_coef_, device); }
 
  private:
   static at::Tensor checked(const at::Tensor& t, const char* name, const char* who) {
@@ -58,6 +61,7 @@ class AmpScalars {
 
   at::Tensor grad_scale_;
   at::Tensor found_inf_;
+  at::Tensor clip_coef_;
   std::vector<at::Tensor> kept_;
 };
 

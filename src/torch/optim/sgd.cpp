@@ -92,7 +92,7 @@ at::Tensor SGD::step(LossClosure closure) {
       }
       const bool applied = detail::call_kernel(kWho, device, [&](void* stream) {
         return core::fused_sgd_(tensors.data(), tensors.size(), hyper, scalars.grad_scale(device),
-                                scalars.found_inf(device), stream);
+                                scalars.found_inf(device), stream, scalars.clip_coef(device));
       });
       views.bump_versions();
       // CUDA: the device decided, and a skipped step wrote nothing, so copying back is exact.

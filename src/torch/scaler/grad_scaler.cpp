@@ -286,19 +286,21 @@ at::Tensor GradScaler::step_fused(torch::optim::Optimizer& optimizer, PerOptimiz
   const at::Tensor found_inf = combine_found_inf(state.found_inf_per_device, scale_.device());
   record_last_step(optimizer, /*skipped_known=*/false, /*skipped=*/false, found_inf);
   const at::Tensor preset = amp.grad_scale;
-  if (state.stage == OptState::kUnscaled) {
+  if (state.stage == OptState::kUnscaled && !state.grads_scaled) {
     amp.grad_scale = preset;  // grads are already unscaled; keep only a user's own scale
   } else {
     amp.grad_scale =
         preset.defined() ? scale_ * detail::to_device(preset, scale_.device()) : scale_;
   }
   amp.found_inf = found_inf;
+  amp.clip_coef = state.clip_coef;  // clip_grad_norm_'s, applied in the same pass
   // The attributes do not outlive the step, also when step() throws (as PyTorch deletes them).
   struct ClearOnExit {
     SupportsAmpScaling& amp;
     ~ClearOnExit() {
       amp.grad_scale = at::Tensor();
       amp.found_inf = at::Tensor();
+      amp.clip_coef = at::Tensor();
     }
   } clear{amp};
   at::Tensor result = optimizer.step();
