@@ -126,6 +126,15 @@ class GradScaler {
   /// Throws for fp16 grads ("Attempting to unscale FP16 gradients.") and sparse grads.
   at::Tensor clip_grad_norm_(torch::optim::Optimizer& optimizer, double max_norm,
                              double norm_type = 2.0);
+  /// Combines clip_grad_norm_'s local result across processes in place, for parameters sharded
+  /// over ranks (FSDP style; under DDP the grads are already averaged and no reducer is needed):
+  /// `power_and_found` is a 2-element float64 tensor on the scale's device, [the sum of |u|^p
+  /// (u^2 for p = 2) or max |u| (p = inf), found_inf (0 or 1)]. After it, the norm is taken from
+  /// element 0 and every found_inf of this clip from element 1, which stands for the found_inf
+  /// reducer (not run again for this optimizer). mixprec::distributed::grad_norm_reducer(group)
+  /// does it in one all-reduce. An empty reducer removes it.
+  using GradNormReducer = std::function<void(at::Tensor& power_and_found, double norm_type)>;
+  void set_grad_norm_reducer(GradNormReducer reducer);
   /// The norms clip_grad_norm_ returned, oldest first: at most history_size() of them, or the
   /// last one when history_size is 0 (a device sync on CUDA).
   std::vector<double> grad_norm_history() const;
@@ -305,6 +314,7 @@ class GradScaler {
   bool has_overflow_report_ = false;
   OverflowReport last_overflow_report_;
   std::vector<at::Tensor> grad_norms_;  // clip_grad_norm_'s results, oldest first
+  GradNormReducer grad_norm_reducer_;
 };
 
 /// One line with plain numbers, e.g.

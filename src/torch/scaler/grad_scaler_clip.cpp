@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -54,7 +55,16 @@ at::Tensor GradScaler::clip_grad_norm_(torch::optim::Optimizer& optimizer, doubl
   if (!detail::fast_norm_type(norm_type)) {
     // Other p: unscale_ (which records found_inf), then the norm and the clip as PyTorch's.
     unscale_(optimizer);
-    at::Tensor norm = get_total_norm(grads, norm_type);
+    detail::GradNorm local = detail::grad_norm(grads, norm_type, at::Tensor(), false);
+    at::Tensor norm = local.norm;
+    if (grad_norm_reducer_) {
+      TORCH_CHECK(std::isfinite(norm_type) && norm_type > 0.0,
+                  "clip_grad_norm_: a grad norm reducer needs norm_type > 0, got ", norm_type);
+      at::Tensor pair = at::stack({local.power.to(scale_.device(), at::kDouble),
+                                   at::zeros({}, scale_.options().dtype(at::kDouble))});
+      grad_norm_reducer_(pair, norm_type);
+      norm = detail::norm_from_power(pair[0], norm_type);
+    }
     const at::Tensor coef = detail::clip_coefficient(max_norm, norm);
     PerOptimizerState& unscaled = state_for(optimizer);
     if (fused) {
@@ -68,6 +78,20 @@ at::Tensor GradScaler::clip_grad_norm_(torch::optim::Optimizer& optimizer, doubl
 
   const at::Tensor inv = inv_scale();
   detail::GradNorm result = detail::grad_norm(grads, norm_type, inv, /*check_inf=*/true);
+  const bool reduced = static_cast<bool>(grad_norm_reducer_);
+  if (reduced) {
+    // One collective for both: [power, found_inf] (Note [Clipping inside the AMP step]).
+    const auto on_scale = scale_.options().dtype(at::kDouble);
+    at::Tensor found = at::zeros({}, on_scale);
+    for (const auto& [device, f] : result.found_inf) {
+      found = at::maximum(found, f.to(scale_.device(), at::kDouble));
+    }
+    at::Tensor pair = at::stack({result.power.to(scale_.device(), at::kDouble), found});
+    grad_norm_reducer_(pair, norm_type);
+    result.power = pair[0];
+    result.norm = detail::norm_from_power(result.power, norm_type);
+    result.found_inf = {{scale_.device(), (pair[1] != 0).to(at::kFloat)}};
+  }
   const at::Tensor coef = detail::clip_coefficient(max_norm, result.norm);
   if (fused) {
     state.clip_coef = coef;
@@ -78,9 +102,20 @@ at::Tensor GradScaler::clip_grad_norm_(torch::optim::Optimizer& optimizer, doubl
   record_unscaled(optimizer);
   // As in unscale_: the stage changes before the reducer runs (it may throw and be retried).
   state.stage = OptState::kUnscaled;
-  record_found_inf(optimizer, state, std::move(result.found_inf));
+  if (reduced) {
+    state.found_inf_per_device = std::move(result.found_inf);
+    state.recorded = true;
+    state.reduced = true;  // the norm reducer was the found_inf reduction
+    if (options_.diagnose_overflow()) diagnose(optimizer, state.found_inf_per_device);
+  } else {
+    record_found_inf(optimizer, state, std::move(result.found_inf));
+  }
   record_grad_norm(result.norm);
   return result.norm;
+}
+
+void GradScaler::set_grad_norm_reducer(GradNormReducer reducer) {
+  grad_norm_reducer_ = std::move(reducer);
 }
 
 void GradScaler::record_grad_norm(const at::Tensor& norm) {
