@@ -249,6 +249,33 @@ MIXPREC_C_EXPORT int mixprec_grad_scaler_last_step_found_inf_shared(mixprec_grad
 MIXPREC_C_EXPORT int mixprec_grad_scaler_get_telemetry(mixprec_grad_scaler* s,
                                                        mixprec_grad_scaler_telemetry* out);
 
+/* ---- gradient clipping --------------------------------------------------------------------- */
+
+/** PyTorch's unscale_ + clip_grad_norm_(params, max_norm, norm_type) for the optimizer's
+ *  parameters (GradScaler::clip_grad_norm_): one read of the scaled grads records found_inf and
+ *  the unscaled total norm; mixprec's fused optimizers then unscale and clip in their step, any
+ *  other optimizer's grads are unscaled and clipped now. norm_type: 2 or INFINITY (other p by a
+ *  slower path). *out_norm_tensor: a new heap torch::Tensor, the total norm before clipping
+ *  (0-dim float32 on the grads' device, no device sync). Refused (MIXPREC_ERROR_RUNTIME) as
+ *  unscale_ refuses: a second call or unscale_ before update(), a call after step(), fp16 grads.
+ *  `optimizer`: torch::optim::Optimizer*. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_clip_grad_norm(mixprec_grad_scaler* s, void* optimizer,
+                                                        double max_norm, double norm_type,
+                                                        void** out_norm_tensor);
+/** As mixprec_grad_scaler_clip_grad_norm, for std::shared_ptr<torch::optim::Optimizer>*. */
+MIXPREC_C_EXPORT int mixprec_grad_scaler_clip_grad_norm_shared(mixprec_grad_scaler* s,
+                                                               void* shared_optimizer,
+                                                               double max_norm, double norm_type,
+                                                               void** out_norm_tensor);
+/** Python's torch.nn.utils.clip_grad_norm_ without a scaler (mixprec::clip_grad_norm_): clips
+ *  the grads of `params` (n torch::Tensor*; a parameter without a grad is skipped) in place.
+ *  *out_norm_tensor: a new heap torch::Tensor, the total norm before clipping (0-dim float32).
+ *  error_if_nonfinite != 0: a NaN or inf norm fails (MIXPREC_ERROR_RUNTIME, PyTorch's message),
+ *  no grad changed, which reads the norm (a device sync on CUDA). */
+MIXPREC_C_EXPORT int mixprec_clip_grad_norm(void* const* params, size_t n, double max_norm,
+                                            double norm_type, int error_if_nonfinite,
+                                            void** out_norm_tensor);
+
 /* ---- the gradient-list path ---------------------------------------------------------------- */
 
 /** For bindings that keep their own optimizer code: divides `grads` (n torch::Tensor*; a NULL

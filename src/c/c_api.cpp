@@ -14,6 +14,7 @@
 #include "c/streams.h"
 #include "mixprec/c_api.h"
 #include "mixprec/checkpoint.h"
+#include "mixprec/clip.h"
 #include "mixprec/grad_scaler.h"
 #include "mixprec/serialize.h"
 #include "torch/checkpoint/saving.h"
@@ -101,6 +102,17 @@ int last_step_found_inf_with(mixprec_grad_scaler* s,
     torch::optim::Optimizer& opt = get(optimizer, call);
     void*& out = out_arg(out_tensor, call, "out_tensor");
     out = new_tensor_handle(scaler.last_step_found_inf(opt));
+  });
+}
+
+int clip_with(mixprec_grad_scaler* s, torch::optim::Optimizer& (*get)(void*, const char*),
+              void* optimizer, double max_norm, double norm_type, void** out_norm_tensor,
+              const char* call) {
+  return guarded([&] {
+    GradScaler& scaler = scaler_arg(s, call);
+    torch::optim::Optimizer& opt = get(optimizer, call);
+    void*& out = out_arg(out_norm_tensor, call, "out_norm_tensor");
+    out = new_tensor_handle(scaler.clip_grad_norm_(opt, max_norm, norm_type));
   });
 }
 
@@ -331,6 +343,33 @@ int mixprec_grad_scaler_unscale_grads_(mixprec_grad_scaler* s, void* const* grad
         mixprec::c_api::tensor_list_arg(grads, n, call, "grads", /*allow_null_entries=*/true);
     void*& out = out_arg(out_found_inf, call, "out_found_inf");
     out = new at::Tensor(scaler.unscale_grads_(list));
+  });
+}
+
+// ---- gradient clipping --------------------------------------------------------------------------
+
+int mixprec_grad_scaler_clip_grad_norm(mixprec_grad_scaler* s, void* optimizer, double max_norm,
+                                       double norm_type, void** out_norm_tensor) {
+  return mixprec::c_api::clip_with(s, &optimizer_arg, optimizer, max_norm, norm_type,
+                                   out_norm_tensor, "mixprec_grad_scaler_clip_grad_norm");
+}
+
+int mixprec_grad_scaler_clip_grad_norm_shared(mixprec_grad_scaler* s, void* shared_optimizer,
+                                              double max_norm, double norm_type,
+                                              void** out_norm_tensor) {
+  return mixprec::c_api::clip_with(s, &shared_optimizer_arg, shared_optimizer, max_norm,
+                                   norm_type, out_norm_tensor,
+                                   "mixprec_grad_scaler_clip_grad_norm_shared");
+}
+
+int mixprec_clip_grad_norm(void* const* params, size_t n, double max_norm, double norm_type,
+                           int error_if_nonfinite, void** out_norm_tensor) {
+  const char* call = "mixprec_clip_grad_norm";
+  return guarded([&] {
+    const std::vector<at::Tensor> list = mixprec::c_api::tensor_list_arg(params, n, call, "params", /*allow_null_entries=*/false);
+    void*& out = out_arg(out_norm_tensor, call, "out_norm_tensor");
+    out = new at::Tensor(
+        mixprec::clip_grad_norm_(list, max_norm, norm_type, error_if_nonfinite != 0));
   });
 }
 

@@ -6,11 +6,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "c_api/c_api_test_util.h"
 #include "c_api/training.h"
+#include "mixprec/clip.h"
 #include "mixprec/grad_scaler.h"
 
 namespace mixprec::c_api_test {
@@ -302,6 +304,88 @@ TEST(BindingDriverScaleTest, GetScaleAsyncSharesTheScale) {
   EXPECT_EQ(scale.get().item<double>(), 8.0);  // the same storage as the scaler's
   GradScaler reference(training_config().cpp());
   EXPECT_TRUE(bitwise_equal(scaled.get(), reference.scale(loss)));
+}
+
+// ---- gradient clipping through the C API ---------------------------------------------------------
+
+// scale, backward, clip_grad_norm (C: the scaler path for model a's optimizer; the plain path for
+// model b's grads), step, update: norms, found_inf decisions and parameters follow C++ bit for bit,
+// with overflows injected, for a torch::optim optimizer and a fused one in both conventions.
+TEST(BindingClipTest, ClipThroughTheCApiFollowsTheCppGradScaler) {
+  for (Kind kind : {Kind::kTorchSgd, Kind::kFusedAdamW}) {
+    for (Convention conv : {Convention::kRaw, Convention::kShared}) {
+      SCOPED_TRACE("kind " + std::to_string(static_cast<int>(kind)) + ", shared " +
+                   std::to_string(conv == Convention::kShared));
+      const Models models = make_models();
+      Models cm = clone_models(models);
+      Models rm = clone_models(models);
+      const mixprec_grad_scaler_options options = training_config().c();
+      CScaler cs = make_c_scaler(&options);
+      GradScaler rs(training_config().cpp());
+      COptimizer c_opt = make_c_optimizer(kind, conv, cm.a);
+      auto r_opt = make_cpp_optimizer(kind, rm.a);
+      const std::vector<Batch> batches = make_batches();
+      int skipped = 0;
+      for (int it = 0; it < kIterations; ++it) {
+        SCOPED_TRACE("iteration " + std::to_string(it));
+        c_opt.get().zero_grad();
+        r_opt->zero_grad();
+        for (auto& p : cm.b) p.mutable_grad() = torch::Tensor();
+        for (auto& p : rm.b) p.mutable_grad() = torch::Tensor();
+        torch::Tensor c_loss = loss_of(cm, batches[it]);
+        {
+          OwnedTensor scaled;
+          MIXPREC_C_OK(mixprec_grad_scaler_scale(cs.get(), &c_loss, scaled.out()));
+          scaled.get().backward();
+        }
+        rs.scale(loss_of(rm, batches[it])).backward();
+        inject_overflow(cm, it);
+        inject_overflow(rm, it);
+        OwnedTensor c_norm;
+        MIXPREC_C_OK(c_opt.shared()
+                         ? mixprec_grad_scaler_clip_grad_norm_shared(cs.get(), c_opt.handle(), 0.5,
+                                                                     2.0, c_norm.out())
+                         : mixprec_grad_scaler_clip_grad_norm(cs.get(), c_opt.handle(), 0.5, 2.0,
+                                                              c_norm.out()));
+        const torch::Tensor r_norm = rs.clip_grad_norm_(*r_opt, 0.5);
+        ASSERT_FALSE(c_norm.empty());
+        EXPECT_TRUE(bitwise_equal(c_norm.get(), r_norm)) << c_norm.get() << " vs " << r_norm;
+        // Model b's grads by the plain path (still scaled: the norm is of what it is given).
+        std::vector<void*> b_handles = handles(cm.b);
+        OwnedTensor c_plain;
+        MIXPREC_C_OK(mixprec_clip_grad_norm(b_handles.data(), b_handles.size(), 1.0,
+                                            std::numeric_limits<double>::infinity(), 0,
+                                            c_plain.out()));
+        const torch::Tensor r_plain =
+            mixprec::clip_grad_norm_(rm.b, 1.0, std::numeric_limits<double>::infinity());
+        EXPECT_TRUE(bitwise_equal(c_plain.get(), r_plain));
+        int stepped = -1;
+        MIXPREC_C_OK(c_opt.shared()
+                         ? mixprec_grad_scaler_step_shared(cs.get(), c_opt.handle(), &stepped)
+                         : mixprec_grad_scaler_step(cs.get(), c_opt.handle(), &stepped));
+        rs.step(*r_opt);
+        EXPECT_EQ(stepped == 1, rs.last_step_applied(*r_opt));
+        skipped += stepped == 0;
+        MIXPREC_C_OK(mixprec_grad_scaler_update(cs.get()));
+        rs.update();
+        double c_scale = 0.0;
+        MIXPREC_C_OK(mixprec_grad_scaler_get_scale(cs.get(), &c_scale));
+        EXPECT_EQ(c_scale, rs.get_scale());
+        for (size_t i = 0; i < cm.a.size(); ++i) {
+          EXPECT_TRUE(bitwise_equal(cm.a[i], rm.a[i])) << "parameter " << i;
+          EXPECT_TRUE(bitwise_equal(cm.a[i].grad(), rm.a[i].grad())) << "grad " << i;
+        }
+        for (size_t i = 0; i < cm.b.size(); ++i) {
+          EXPECT_TRUE(bitwise_equal(cm.b[i].grad(), rm.b[i].grad())) << "b grad " << i;
+        }
+        if (::testing::Test::HasFailure()) break;
+      }
+      EXPECT_EQ(skipped, 2) << "a overflows on iterations 3 and 11";
+      for (size_t i = 0; i < cm.a.size(); ++i) {
+        EXPECT_FALSE(bitwise_equal(cm.a[i], models.a[i])) << "parameter " << i << " never moved";
+      }
+    }
+  }
 }
 
 }  // namespace

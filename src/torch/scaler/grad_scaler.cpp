@@ -104,7 +104,9 @@ GradScaler::PerOptimizerState& GradScaler::state_for(const torch::optim::Optimiz
   for (auto& s : per_optimizer_states_) {
     if (s.optimizer == &optimizer) return s;
   }
-  per_optimizer_states_.push_back(PerOptimizerState{&optimizer, OptState::kReady, {}});
+  PerOptimizerState fresh;
+  fresh.optimizer = &optimizer;
+  per_optimizer_states_.push_back(std::move(fresh));
   return per_optimizer_states_.back();
 }
 
@@ -217,7 +219,8 @@ at::Tensor GradScaler::unscale_grads_(const std::vector<at::Tensor>& grads) {
     to_unscale.push_back(detail::grad_to_unscale(grad, /*allow_fp16=*/false));
   }
   const at::Tensor found_inf = at::zeros({}, scale_.options());
-  PerOptimizerState state{nullptr, OptState::kUnscaled, {}};
+  PerOptimizerState state;  // optimizer nullptr: a list
+  state.stage = OptState::kUnscaled;
   state.found_inf_per_device =
       detail::unscale_grad_list_(to_unscale, inv_scale(), found_inf, /*own_found_inf=*/true);
   // Recorded only once every kernel ran: a call that threw leaves no check behind for update().
