@@ -286,14 +286,28 @@ int run_archive(const Meta& meta, const std::string& dir) {
 
 }  // namespace
 
+// clip_differential.cpp: the `clip` mode, for clip_differential.py.
+int run_clip_differential(const std::string& dir);
+
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::string(argv[1]) != "train" && std::string(argv[1]) != "archive")) {
-    std::cerr << "usage: " << argv[0] << " train|archive <folder written by differential_cpu.py>\n";
+  const std::string mode = argc == 3 ? argv[1] : "";
+  if (mode != "train" && mode != "archive" && mode != "clip") {
+    std::cerr << "usage: " << argv[0]
+              << " train|archive|clip <folder written by differential_cpu.py or "
+                 "clip_differential.py>\n";
     return 2;
+  }
+  if (mode == "clip") {
+    try {
+      return run_clip_differential(argv[2]);
+    } catch (const std::exception& e) {
+      std::cerr << "mixprec_python_differential clip: " << e.what() << "\n";
+      return 2;
+    }
   }
   torch::set_num_threads(1);  // as the Python side: same reduction order in every kernel
   try {
-    const std::string mode = argv[1], dir = argv[2];
+    const std::string dir = argv[2];
     const Meta meta = read_meta(dir + "/meta.txt");
     if (mode == "archive") return run_archive(meta, dir);
     const std::vector<Tensor> init = read_init(meta, dir);

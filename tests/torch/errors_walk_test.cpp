@@ -158,6 +158,23 @@ std::vector<Trigger> triggers() {
          m.w.mutable_grad() = ones({3}, torch::kHalf);
          m.scaler.step(m.opt);
        })}},
+      {"NonFiniteNorm",
+       "`The total norm of order 2.0",
+       {thrown([] {
+          torch::Tensor w = zeros({2}, torch::requires_grad());
+          w.mutable_grad() = torch::full({2}, std::numeric_limits<float>::infinity());
+          clip_grad_norm_({w}, 1.0, 2.0, /*error_if_nonfinite=*/true);
+        }),
+        thrown([] {
+          torch::Tensor w = zeros({2}, torch::requires_grad());
+          w.mutable_grad() = torch::full({2}, std::numeric_limits<float>::quiet_NaN());
+          clip_grad_norm_({w}, 1.0, 2.0, /*error_if_nonfinite=*/true);
+        })}},
+      {"SparseClip", "`clip_grad_norm_: sparse gradients are not supported", {thrown([] {
+         torch::Tensor w = zeros({3}, torch::requires_grad());
+         w.mutable_grad() = ones({3}).to_sparse();
+         clip_grad_norm_({w}, 1.0);
+       })}},
       // Python's text changed in PyTorch 2.9 (MIXPREC_TORCH_UPDATE_REASON_IN_ONE_LINE): a row each.
       {"NewScaleTensor",
        "`new_scale should be a float or a 1-element torch.cuda.FloatTensor or torch",
