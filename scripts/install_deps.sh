@@ -36,7 +36,7 @@ COMMON=(
   libhwy-dev
   zlib1g-dev
   gnuplot-nox
-  python3
+  python3 iproute2
   libc6-dbg
 )
 case $codename in

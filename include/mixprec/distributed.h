@@ -1,7 +1,8 @@
 // mixprec::distributed: one overflow decision across all ranks, on PyTorch's c10d process groups
-// (Gloo, NCCL, or any c10d backend). Plugs into GradScaler::set_found_inf_reducer, and reduces
-// FP8 delayed-scaling amaxes across ranks (fp8::Recipe::set_amax_reduction); needs a
-// LibTorch built with USE_DISTRIBUTED and mixprec built with MIXPREC_WITH_DISTRIBUTED.
+// (Gloo, NCCL, or any c10d backend). Plugs into GradScaler::set_found_inf_reducer and
+// set_grad_norm_reducer (the global norm of gradients sharded over ranks; clip_grad_norm_ without
+// a scaler), and reduces FP8 delayed-scaling amaxes across ranks (fp8::Recipe::set_amax_reduction);
+// needs a LibTorch built with USE_DISTRIBUTED and mixprec built with MIXPREC_WITH_DISTRIBUTED.
 #pragma once
 
 // Set on mixprec::mixprec when its distributed code was built; without it a program would compile
@@ -80,6 +81,64 @@ void all_reduce_max_(at::Tensor& found_inf, const std::vector<ProcessGroupPtr>& 
 std::function<void(at::Tensor&)> fp8_amax_reduction(std::vector<ProcessGroupPtr> groups);
 /// The FP8 amax reduction over one process group (usually the world, or the data-parallel group).
 std::function<void(at::Tensor&)> fp8_amax_reduction(ProcessGroupPtr group);
+
+/// A GradScaler::GradNormReducer for parameters sharded over `group`'s ranks (FSDP/ZeRO style:
+/// each rank holds the gradients of its own shard). GradScaler::clip_grad_norm_ hands it a
+/// 2-element float64 tensor [this rank's power, this rank's found_inf]; it reduces both in ONE
+/// in-place all-reduce and waits for it:
+/// - norm_type 2 (and any finite p > 0): ReduceOp::SUM. Element 0 becomes the sum over the ranks
+///   of sum |g|^p, whose p-th root is the norm of all shards together (FSDP1's clip_grad_norm_);
+///   element 1 counts the ranks that saw inf/NaN, and any non-zero count skips the step.
+/// - norm_type inf: ReduceOp::MAX, NaN first set to +inf (NCCL's and Gloo's MAX drop NaN, as for
+///   fp8_amax_reduction): a rank whose grads held a NaN makes the norm +inf on every rank, and its
+///   found_inf skips the step everywhere.
+/// After it every rank takes the same norm and the same clip coefficient. For norm_type 2 and inf
+/// the reduced found_inf also stands for the found_inf reducer for that optimizer, so every rank
+/// takes the same skip decision. For other p, GradScaler::clip_grad_norm_ runs unscale_ first,
+/// whose found_inf goes through the found_inf reducer alone (element 1 is then 0): set
+/// found_inf_reducer(group) as well, or the ranks may disagree on skipping. Do not put
+/// replicated parameters (DDP-averaged, the same on every rank) into an optimizer clipped through
+/// it: their power would be counted once per rank. The tensor stays on its device (CPU: Gloo,
+/// CUDA: NCCL, no host sync). Every rank must call clip_grad_norm_ for the same optimizers in the
+/// same order. Throws c10::Error naming the group, its backend and this rank when the collective
+/// fails or times out (the group's timeout bounds the wait, e.g. when another rank died), and for
+/// a norm_type other than inf or a finite p > 0.
+///
+/// **Example**
+/// ```cpp
+/// mixprec::GradScaler scaler;
+/// scaler.set_grad_norm_reducer(mixprec::distributed::grad_norm_reducer(world));
+/// scaler.set_found_inf_reducer(mixprec::distributed::found_inf_reducer(world));  // p != 2, inf
+/// scaler.scale(loss).backward();
+/// at::Tensor norm = scaler.clip_grad_norm_(optimizer, /*max_norm=*/1.0);  // the global norm
+/// scaler.step(optimizer);
+/// scaler.update();
+/// ```
+GradScaler::GradNormReducer grad_norm_reducer(ProcessGroupPtr group);
+
+/// mixprec::clip_grad_norm_ for parameters sharded over `group`'s ranks, without a GradScaler:
+/// the norm of this rank's grads (norm_type 2 and inf: one read, sums in double; others as
+/// mixprec::get_total_norm), ONE all-reduce (SUM of sum |g|^p; for inf, MAX with NaN sent as +inf
+/// and a NaN flag beside it, so a NaN on any rank gives NaN on every rank, as a single process
+/// would), the p-th root, then every local grad multiplied by clamp(max_norm / (norm + 1e-6),
+/// max=1) as PyTorch computes it. Returns the global norm (0-dim float32, on the first grad's
+/// device, else the first parameter's, else the CPU; no host sync unless error_if_nonfinite),
+/// the same on every rank. A rank without grads takes part with a zero. norm_type must be inf or
+/// a finite p > 0 (others throw). error_if_nonfinite: reads the norm (a sync) and, when it is not
+/// finite, throws PyTorch's RuntimeError text on every rank ("The total norm of order 2.0 for
+/// gradients from `parameters` is non-finite, ..."), before any grad is changed. Every rank must
+/// call it in the same order as its other collectives on `group`. Collective failures throw as
+/// grad_norm_reducer's.
+///
+/// **Example**
+/// ```cpp
+/// loss.backward();  // each rank: the grads of its own shard
+/// at::Tensor norm = mixprec::distributed::clip_grad_norm_(shard_params, /*max_norm=*/1.0, world);
+/// optimizer.step();
+/// ```
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& parameters, double max_norm,
+                           ProcessGroupPtr group, double norm_type = 2.0,
+                           bool error_if_nonfinite = false);
 
 #if MIXPREC_TORCH_2
 /// LibTorch 2.x only: a c10d::Backend (e.g. a ProcessGroupNCCL made directly) used without a

@@ -1,5 +1,5 @@
-// mixprec::distributed: the found_inf reducer and the FP8 amax reduction on c10d process groups,
-// and a Gloo convenience.
+// mixprec::distributed: the found_inf reducer, the FP8 amax reduction and the cross-rank grad norm
+// (grad_norm_reducer, clip_grad_norm_) on c10d process groups, and a Gloo convenience.
 // The only file of mixprec that includes c10d's Gloo headers, so users of mixprec/distributed.h
 // never see them.
 #include "mixprec/distributed.h"
@@ -12,11 +12,16 @@
 #endif
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
+#include <cmath>
 #include <cstddef>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <utility>
+
+#include "torch/ops/clip_detail.h"
 
 namespace mixprec {
 namespace distributed {
@@ -29,14 +34,17 @@ struct Reduced {
 };
 constexpr Reduced kFoundInf{"found_inf", "call unscale_/step for the same optimizers"};
 constexpr Reduced kFp8Amax{"the FP8 amaxes", "cast the same FP8 tensors"};
+constexpr Reduced kGradNorm{"the grad norm's power and found_inf",
+                            "call clip_grad_norm_ for the same optimizers"};
+constexpr Reduced kClipNorm{"the grad norm's power", "call clip_grad_norm_"};
 
 // One collective per group, in order: MAX keeps found_inf 0 or 1 (PyTorch's ShardedGradScaler
 // sums instead, which counts ranks; FSDP2/DTensor reduces with MAX), and gives the FP8 amaxes of
-// every rank (TE's reduce_amax).
+// every rank (TE's reduce_amax); SUM adds the shards' sum |g|^p (FSDP1's clip_grad_norm_).
 // Templated so LibTorch 2.x's c10d::Backend takes the same path as c10d::ProcessGroup.
 template <typename Group>
-void all_reduce_max_impl(at::Tensor& values, const std::vector<c10::intrusive_ptr<Group>>& groups,
-                         const Reduced& what, bool nan_as_inf = false) {
+void all_reduce_impl(at::Tensor& values, const std::vector<c10::intrusive_ptr<Group>>& groups,
+                     const Reduced& what, bool sum = false, bool nan_as_inf = false) {
   TORCH_CHECK(values.defined(), "mixprec::distributed: ", what.name, " is an undefined tensor");
   // c10d needs a dense contiguous tensor; the scaler's 0-dim found_inf always is one, and so is
   // the recipe's concatenation of amaxes.
@@ -50,15 +58,16 @@ void all_reduce_max_impl(at::Tensor& values, const std::vector<c10::intrusive_pt
   }
   std::vector<at::Tensor> tensors{buffer};
   c10d::AllreduceOptions options;
-  options.reduceOp = c10d::ReduceOp::MAX;
+  options.reduceOp = sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const auto& group = groups[i];
     try {
       group->allreduce(tensors, options)->wait();
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "mixprec::distributed: all-reduce (MAX) of ", what.name,
-                  " over process group ", i, " of ", groups.size(), " (", group->getBackendName(),
-                  ", rank ", group->getRank(), " of ", group->getSize(), ") failed: ", e.what(),
+      TORCH_CHECK(false, "mixprec::distributed: all-reduce (", sum ? "SUM" : "MAX", ") of ",
+                  what.name, " over process group ", i, " of ", groups.size(), " (",
+                  group->getBackendName(), ", rank ", group->getRank(), " of ", group->getSize(),
+                  ") failed: ", e.what(),
                   "\nAnother rank may have died or stalled past the group's timeout, or the ranks "
                   "did not ",
                   what.order, " in the same order.");
@@ -78,16 +87,25 @@ void check_groups(const std::vector<c10::intrusive_ptr<Group>>& groups,
   }
 }
 
+// The norms whose shards combine in one collective: sum |g|^p for a finite p > 0, max |g| for inf.
+void check_norm_type(double norm_type, const char* function) {
+  TORCH_CHECK(norm_type > 0.0,  // false for NaN
+              "mixprec::distributed::", function,
+              ": norm_type must be 2, inf or another finite p > 0 (the shards' norms combine as "
+              "the sum of |g|^p, or the max of |g| for inf), got ",
+              norm_type);
+}
+
 }  // namespace
 
 void all_reduce_max_(at::Tensor& found_inf, const std::vector<ProcessGroupPtr>& groups) {
-  all_reduce_max_impl(found_inf, groups, kFoundInf);
+  all_reduce_impl(found_inf, groups, kFoundInf);
 }
 
 GradScaler::FoundInfReducer found_inf_reducer(std::vector<ProcessGroupPtr> groups) {
   check_groups(groups);
   return [groups = std::move(groups)](at::Tensor& found_inf) {
-    all_reduce_max_impl(found_inf, groups, kFoundInf);
+    all_reduce_impl(found_inf, groups, kFoundInf);
   };
 }
 
@@ -105,7 +123,7 @@ std::function<void(at::Tensor&)> fp8_amax_reduction(std::vector<ProcessGroupPtr>
     // No amax cast since the last update on this rank: none on any rank, as every rank casts the
     // same tensors; no collective, as the recipe calls no reduction then either.
     if (amaxes.defined() && amaxes.numel() == 0) return;
-    all_reduce_max_impl(amaxes, groups, kFp8Amax, /*nan_as_inf=*/true);
+    all_reduce_impl(amaxes, groups, kFp8Amax, /*sum=*/false, /*nan_as_inf=*/true);
   };
 }
 
@@ -113,12 +131,74 @@ std::function<void(at::Tensor&)> fp8_amax_reduction(ProcessGroupPtr group) {
   return fp8_amax_reduction(std::vector<ProcessGroupPtr>{std::move(group)});
 }
 
+GradScaler::GradNormReducer grad_norm_reducer(ProcessGroupPtr group) {
+  std::vector<ProcessGroupPtr> groups{std::move(group)};
+  check_groups(groups, "grad_norm_reducer");
+  return [groups = std::move(groups)](at::Tensor& power_and_found, double norm_type) {
+    check_norm_type(norm_type, "grad_norm_reducer");
+    TORCH_CHECK(power_and_found.defined(),
+                "mixprec::distributed::grad_norm_reducer: got an undefined tensor");
+    TORCH_CHECK(power_and_found.numel() == 2 && at::isFloatingType(power_and_found.scalar_type()),
+                "mixprec::distributed::grad_norm_reducer: expects GradScaler::clip_grad_norm_'s "
+                "2-element floating-point tensor [power, found_inf], got one of shape ",
+                power_and_found.sizes(), " and dtype ", power_and_found.scalar_type());
+    // p = inf: max |u| and found_inf both combine with MAX (NaN as +inf: NCCL and Gloo drop it).
+    // Finite p: sum |u|^p adds up; found_inf then counts the ranks that saw inf/NaN, and the
+    // scaler skips on any non-zero count.
+    const bool inf = std::isinf(norm_type);
+    all_reduce_impl(power_and_found, groups, kGradNorm, /*sum=*/!inf, /*nan_as_inf=*/inf);
+  };
+}
+
+at::Tensor clip_grad_norm_(const std::vector<at::Tensor>& parameters, double max_norm,
+                           ProcessGroupPtr group, double norm_type, bool error_if_nonfinite) {
+  TORCH_CHECK(group, "mixprec::distributed::clip_grad_norm_: the process group is null");
+  check_norm_type(norm_type, "clip_grad_norm_");
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  std::optional<c10::Device> device;  // of the first grad, else of the first parameter
+  for (const at::Tensor& p : parameters) {
+    if (!p.defined()) continue;
+    if (p.grad().defined()) {
+      if (grads.empty()) device = p.grad().device();
+      grads.push_back(p.grad());
+    } else if (!device) {
+      device = p.device();
+    }
+  }
+  // This rank's shard: sum |g|^p (max |g| for inf) in double; a zero on the CPU without grads.
+  at::Tensor power = detail::grad_norm(grads, norm_type, at::Tensor(), false).power;
+  if (device) power = power.to(*device);
+  const bool inf = std::isinf(norm_type);
+  at::Tensor buffer = power.to(at::kDouble).reshape({1});
+  if (inf) {
+    // MAX drops NaN (NCCL, Gloo) and NaN-as-inf would make the norm inf where one process gets
+    // NaN: a flag beside it, in the same collective, brings the NaN back.
+    buffer = at::cat({buffer, at::isnan(buffer).to(at::kDouble)});
+  }
+  std::vector<ProcessGroupPtr> groups{std::move(group)};
+  all_reduce_impl(buffer, groups, kClipNorm, /*sum=*/!inf, /*nan_as_inf=*/inf);
+  at::Tensor total = buffer[0];
+  if (inf) {
+    const at::Tensor nan = at::full({}, std::numeric_limits<double>::quiet_NaN(), total.options());
+    total = at::where(buffer[1] != 0, nan, total);
+  }
+  const at::Tensor norm = detail::norm_from_power(total, norm_type);
+  if (error_if_nonfinite && !std::isfinite(norm.item<float>())) {  // the one sync
+    detail::throw_nonfinite_norm(norm_type);
+  }
+  if (!grads.empty()) {
+    detail::unscale_and_clip(grads, at::Tensor(), detail::clip_coefficient(max_norm, norm));
+  }
+  return norm;
+}
+
 #if MIXPREC_TORCH_2
 GradScaler::FoundInfReducer found_inf_reducer_for_backends(
     std::vector<c10::intrusive_ptr<c10d::Backend>> backends) {
   check_groups(backends);
   return [backends = std::move(backends)](at::Tensor& found_inf) {
-    all_reduce_max_impl(found_inf, backends, kFoundInf);
+    all_reduce_impl(found_inf, backends, kFoundInf);
   };
 }
 #endif
