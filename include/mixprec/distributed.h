@@ -92,11 +92,11 @@ std::function<void(at::Tensor&)> fp8_amax_reduction(ProcessGroupPtr group);
 /// - norm_type inf: ReduceOp::MAX, NaN first set to +inf (NCCL's and Gloo's MAX drop NaN, as for
 ///   fp8_amax_reduction): a rank whose grads held a NaN makes the norm +inf on every rank, and its
 ///   found_inf skips the step everywhere.
-/// After it every rank takes the same norm and the same clip coefficient. For norm_type 2 and inf
-/// the reduced found_inf also stands for the found_inf reducer for that optimizer, so every rank
-/// takes the same skip decision. For other p, GradScaler::clip_grad_norm_ runs unscale_ first,
-/// whose found_inf goes through the found_inf reducer alone (element 1 is then 0): set
-/// found_inf_reducer(group) as well, or the ranks may disagree on skipping. Do not put
+/// After it every rank takes the same norm and the same clip coefficient, and the reduced
+/// found_inf stands for the found_inf reducer for that optimizer (every norm_type: for p other
+/// than 2 and inf, unscale_'s found_inf goes into element 1), so every rank takes the same skip
+/// decision with this one collective. Other optimizers stepped by the same scaler without
+/// clip_grad_norm_ still need found_inf_reducer(group). Do not put
 /// replicated parameters (DDP-averaged, the same on every rank) into an optimizer clipped through
 /// it: their power would be counted once per rank. The tensor stays on its device (CPU: Gloo,
 /// CUDA: NCCL, no host sync). Every rank must call clip_grad_norm_ for the same optimizers in the
@@ -108,7 +108,7 @@ std::function<void(at::Tensor&)> fp8_amax_reduction(ProcessGroupPtr group);
 /// ```cpp
 /// mixprec::GradScaler scaler;
 /// scaler.set_grad_norm_reducer(mixprec::distributed::grad_norm_reducer(world));
-/// scaler.set_found_inf_reducer(mixprec::distributed::found_inf_reducer(world));  // p != 2, inf
+/// scaler.set_found_inf_reducer(mixprec::distributed::found_inf_reducer(world));  // other optimizers
 /// scaler.scale(loss).backward();
 /// at::Tensor norm = scaler.clip_grad_norm_(optimizer, /*max_norm=*/1.0);  // the global norm
 /// scaler.step(optimizer);

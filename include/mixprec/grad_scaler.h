@@ -23,6 +23,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace mixprec::detail {
+struct GradNorm;  // src/torch/ops/clip_detail.h
+}
 
 namespace mixprec {
 
@@ -287,6 +290,7 @@ class GradScaler {
   const PerOptimizerState* find_state(const torch::optim::Optimizer& optimizer) const;
   at::Tensor step_fused(torch::optim::Optimizer& optimizer, PerOptimizerState& state);
   void record_grad_norm(const at::Tensor& norm);
+  void reduce_norm_and_found(detail::GradNorm& norm, FoundInfPerDevice& found, double norm_type);
 
   GradScalerOptions options_;
   double init_scale_;

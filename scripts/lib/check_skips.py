@@ -43,6 +43,16 @@ def count_gpus():
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+def in_chroot():
+    """Whether / is no mount point for this process, as in the Debian 13 stage's chroot: no line
+    of /proc/self/mountinfo has "/" as its mount point (the fifth field)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            return not any(len(line.split()) > 4 and line.split()[4] == "/" for line in f)
+    except OSError:
+        return False
+
+
 def version_tuple(text):
     return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
@@ -59,6 +69,8 @@ def holds(condition, facts):
         return facts["cuda_build"]
     if condition == "not-root":
         return not facts["root"]
+    if condition == "chroot":
+        return facts["chroot"]
     m = re.fullmatch(r"libtorch(<|>=)(\d+)\.(\d+)", condition)
     if m:
         older = facts["torch"] < (int(m.group(2)), int(m.group(3)))
@@ -111,6 +123,7 @@ def main():
         "torch": version_tuple(env.get("torch_version", "0.0")),
         "cuda_build": env.get("cuda_build", "OFF").upper() in ("ON", "1", "TRUE"),
         "root": os.geteuid() == 0,
+        "chroot": in_chroot(),
     }
     rules = read_expected(args.expected)
     cases = ET.parse(args.junit).getroot().iter("testcase")

@@ -250,12 +250,10 @@ int run_scaler(const Args& a, const ProcessGroupPtr& world) {
   torch::optim::SGD trunk_optimizer(trunk->parameters(), torch::optim::SGDOptions(0.1));
   mixprec::GradScaler scaler(scaler_options());
   if (a.reducer != "none") {
+    // The one collective of the clip: the global norm and the shard's found_inf, for every
+    // norm_type. No found_inf reducer: the trunk's grads are summed over the ranks, so its
+    // found_inf is the same everywhere, and the shard's goes through the grad norm reducer.
     scaler.set_grad_norm_reducer(mixprec::distributed::grad_norm_reducer(world));
-    // The trunk's found_inf (its grads are summed over the ranks, so the same everywhere anyway),
-    // and for norm_type other than 2 and inf the shard's too: GradScaler::clip_grad_norm_
-    // unscales first there, and unscale_'s found_inf goes through this reducer only (with 2 and
-    // inf the grad norm reducer carries it).
-    scaler.set_found_inf_reducer(mixprec::distributed::found_inf_reducer(world));
   }
   std::unique_ptr<Reference> ref;
   if (a.rank == 0 && a.scenario == "scaler") ref = std::make_unique<Reference>(a);

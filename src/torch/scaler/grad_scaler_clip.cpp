@@ -53,45 +53,32 @@ at::Tensor GradScaler::clip_grad_norm_(torch::optim::Optimizer& optimizer, doubl
   const bool fused = dynamic_cast<SupportsAmpScaling*>(&optimizer) != nullptr;
 
   if (!detail::fast_norm_type(norm_type)) {
+    TORCH_CHECK(!grad_norm_reducer_ || (std::isfinite(norm_type) && norm_type > 0.0),
+                "clip_grad_norm_: a grad norm reducer needs norm_type > 0, got ", norm_type);
     // Other p: unscale_ (which records found_inf), then the norm and the clip as PyTorch's.
     unscale_(optimizer);
-    detail::GradNorm local = detail::grad_norm(grads, norm_type, at::Tensor(), false);
-    at::Tensor norm = local.norm;
-    if (grad_norm_reducer_) {
-      TORCH_CHECK(std::isfinite(norm_type) && norm_type > 0.0,
-                  "clip_grad_norm_: a grad norm reducer needs norm_type > 0, got ", norm_type);
-      at::Tensor pair = at::stack({local.power.to(scale_.device(), at::kDouble),
-                                   at::zeros({}, scale_.options().dtype(at::kDouble))});
-      grad_norm_reducer_(pair, norm_type);
-      norm = detail::norm_from_power(pair[0], norm_type);
-    }
-    const at::Tensor coef = detail::clip_coefficient(max_norm, norm);
     PerOptimizerState& unscaled = state_for(optimizer);
+    detail::GradNorm local = detail::grad_norm(grads, norm_type, at::Tensor(), false);
+    if (grad_norm_reducer_) {
+      FoundInfPerDevice found = std::move(unscaled.found_inf_per_device);
+      reduce_norm_and_found(local, found, norm_type);
+      unscaled.found_inf_per_device = std::move(found);
+      unscaled.reduced = true;
+    }
+    const at::Tensor coef = detail::clip_coefficient(max_norm, local.norm);
     if (fused) {
       unscaled.clip_coef = coef;  // the step multiplies by it in its own pass
     } else if (!grads.empty()) {
       detail::unscale_and_clip(grads, at::Tensor(), coef);
     }
-    record_grad_norm(norm);
-    return norm;
+    record_grad_norm(local.norm);
+    return local.norm;
   }
 
   const at::Tensor inv = inv_scale();
   detail::GradNorm result = detail::grad_norm(grads, norm_type, inv, /*check_inf=*/true);
   const bool reduced = static_cast<bool>(grad_norm_reducer_);
-  if (reduced) {
-    // One collective for both: [power, found_inf] (Note [Clipping inside the AMP step]).
-    const auto on_scale = scale_.options().dtype(at::kDouble);
-    at::Tensor found = at::zeros({}, on_scale);
-    for (const auto& [device, f] : result.found_inf) {
-      found = at::maximum(found, f.to(scale_.device(), at::kDouble));
-    }
-    at::Tensor pair = at::stack({result.power.to(scale_.device(), at::kDouble), found});
-    grad_norm_reducer_(pair, norm_type);
-    result.power = pair[0];
-    result.norm = detail::norm_from_power(result.power, norm_type);
-    result.found_inf = {{scale_.device(), (pair[1] != 0).to(at::kFloat)}};
-  }
+  if (reduced) reduce_norm_and_found(result, result.found_inf, norm_type);
   const at::Tensor coef = detail::clip_coefficient(max_norm, result.norm);
   if (fused) {
     state.clip_coef = coef;
@@ -100,7 +87,8 @@ at::Tensor GradScaler::clip_grad_norm_(torch::optim::Optimizer& optimizer, doubl
     detail::unscale_and_clip(grads, inv, coef);
   }
   record_unscaled(optimizer);
-  // As in unscale_: the stage changes before the reducer runs (it may throw and be retried).
+  // The norm reducer ran before anything changed (a throw leaves the optimizer kReady, to retry);
+  // the found_inf reducer runs after the stage changed, as in unscale_.
   state.stage = OptState::kUnscaled;
   if (reduced) {
     state.found_inf_per_device = std::move(result.found_inf);
@@ -112,6 +100,22 @@ at::Tensor GradScaler::clip_grad_norm_(torch::optim::Optimizer& optimizer, doubl
   }
   record_grad_norm(result.norm);
   return result.norm;
+}
+
+// One collective for both: [power, found_inf] (Note [Clipping inside the AMP step]); after it
+// `norm` is the global norm and `found` one global 0/1 on the scale's device.
+void GradScaler::reduce_norm_and_found(detail::GradNorm& norm, FoundInfPerDevice& found,
+                                       double norm_type) {
+  const auto on_scale = scale_.options().dtype(at::kDouble);
+  at::Tensor local_found = at::zeros({}, on_scale);
+  for (const auto& [device, f] : found) {
+    local_found = at::maximum(local_found, f.to(scale_.device(), at::kDouble));
+  }
+  at::Tensor pair = at::stack({norm.power.to(scale_.device(), at::kDouble), local_found});
+  grad_norm_reducer_(pair, norm_type);
+  norm.power = pair[0];
+  norm.norm = detail::norm_from_power(norm.power, norm_type);
+  found = {{scale_.device(), (pair[1] != 0).to(at::kFloat)}};
 }
 
 void GradScaler::set_grad_norm_reducer(GradNormReducer reducer) {
