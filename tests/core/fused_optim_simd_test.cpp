@@ -169,8 +169,8 @@ void sgd_reference(const SgdCase& c, const SgdHyper& h, float inv, Array& p, Arr
       reference_element<C>(op, arrays, writes, 3, i);
     } else {
       SgdOp<C, false> plain{op.inv_scale, op.weight_decay, op.momentum, op.one_minus_dampening,
-                            op.neg_lr,    op.unscale,      op.decay,    false,
-                            false};
+                            op.neg_lr,    op.clip_coef,    op.unscale,  op.decay,
+                            false,        false,           op.clip};
       reference_element<C>(plain, arrays, writes, 2, i);
     }
   }

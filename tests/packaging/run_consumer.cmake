@@ -30,6 +30,7 @@ else()
   if(MODE STREQUAL "fetchcontent")
     set(build_type "")
     set(archive ${WORK_DIR}/mixprec-src.tar.gz)
+    file(MAKE_DIRECTORY ${WORK_DIR})  # this test may be the first of ctest -j to reach it
     file(REMOVE ${archive})
     execute_process(COMMAND ${CMAKE_COMMAND} -E tar czf ${archive} CMakeLists.txt cmake include src
                             tests examples bench
