@@ -39,6 +39,7 @@ int run(const mixprec_demo::Options& o) {
   config.cuda = torch::cuda::is_available();
   config.init_scale = o.init_scale;
   config.growth_interval = o.growth_interval;
+  config.max_norm = o.max_norm;
 
   std::cout << "data: " << data.description << "\n";
   std::cout << "model: MLP " << data.x.size(1) << " -> " << MlpImpl::kHiddenLayers << " x "
@@ -67,6 +68,10 @@ int run(const mixprec_demo::Options& o) {
   std::cout << "GradScaler: init_scale " << config.init_scale
             << ", growth_factor 2, backoff_factor 0.5, growth_interval " << config.growth_interval
             << " (PyTorch's default 2000 is too long for a short demo)\n";
+  if (config.max_norm > 0) {
+    std::cout << "clipping: every run, to total norm " << config.max_norm
+              << " (scaler.clip_grad_norm_: Python's unscale_ + clip_grad_norm_)\n";
+  }
   std::cout << "bf16: real, under mixprec::AutocastGuard(" << (config.cuda ? "CUDA" : "CPU")
             << ", bfloat16): fp32's exponent range, 8 significant bits; the reference of the fp8 "
                "runs\n";

@@ -24,6 +24,9 @@ Usage: mixprec_demo [flags]
   --growth-interval N
                   the scaled run's GradScaler growth_interval (default 40; PyTorch's 2000
                   is too long for a demo of 1000 steps to show growth and backoff)
+  --max-norm X    clip every run's gradients to this total norm, as PyTorch's AMP
+                  recipe does (unscale_, clip_grad_norm_, step); 0: no clipping
+                  (default 1)
   --fp16 MODE     how the fp16 runs get fp16: native (real fp16 under autocast: on CUDA, or
                   on the CPU with LibTorch >= 2.2), emulated (fp32 compute, values and
                   gradients rounded through fp16 at every layer boundary), or auto (default:
@@ -90,7 +93,7 @@ Options parse_options(int argc, char** argv) {
     const bool known = flag == "--steps" || flag == "--hidden" || flag == "--batch" ||
                        flag == "--lr" || flag == "--seed" || flag == "--out" || flag == "--csv" ||
                        flag == "--target-rms" || flag == "--init-scale" ||
-                       flag == "--growth-interval" || flag == "--fp16";
+                       flag == "--growth-interval" || flag == "--fp16" || flag == "--max-norm";
     if (!known) throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
     if (!has_value) {
       if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value (see --help)");
@@ -104,6 +107,9 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--target-rms") o.target_rms = parse_positive(flag, value);
     if (flag == "--init-scale") o.init_scale = parse_positive(flag, value);
     if (flag == "--growth-interval") o.growth_interval = parse_int(flag, value, 1);
+    if (flag == "--max-norm") {
+      o.max_norm = value == "0" ? 0.0 : parse_positive(flag, value);
+    }
     if (flag == "--fp16") {
       if (value != "auto" && value != "native" && value != "emulated") {
         throw std::invalid_argument("--fp16 takes auto, native or emulated, got '" + value + "'");

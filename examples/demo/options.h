@@ -16,6 +16,7 @@ struct Options {
   double target_rms = 0;  ///< 0: the embedded task's default (kDefaultTargetRms)
   double init_scale = 65536;          ///< the scaled run's GradScaler init_scale
   std::int64_t growth_interval = 40;  ///< the scaled run's GradScaler growth_interval
+  double max_norm = 1.0;  ///< every run's gradient clipping (0: none)
   std::string fp16 = "auto";  ///< "auto", "native" or "emulated"
   std::string out = "demo_out";
   std::string csv;  ///< empty: the embedded task

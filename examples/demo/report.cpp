@@ -33,6 +33,7 @@ void print_table(std::ostream& out, const std::vector<RunResult>& runs) {
   for (const RunResult& r : runs) any_fp8 = any_fp8 || r.fp8;
   out << std::left << std::setw(19) << "run" << std::right << std::setw(12) << "final loss"
       << std::setw(10) << "vs fp32" << std::setw(9) << "skipped" << std::setw(13) << "final scale"
+      << std::setw(11) << "grad norm" << std::setw(9) << "clipped"
       << "   grad elements flushed to 0 by fp16" << (any_fp8 ? " / fp8" : "") << "\n";
   for (const RunResult& r : runs) {
     // An FP8 run has no GradScaler: its scales are per tensor (per block), in the second table.
@@ -45,7 +46,9 @@ void print_table(std::ostream& out, const std::vector<RunResult>& runs) {
     out << std::left << std::setw(19) << r.name << std::right << std::setw(12)
         << format("%.3e", r.final_loss) << std::setw(10)
         << (reference > 0 ? format("%.2fx", r.final_loss / reference) : "-") << std::setw(9)
-        << r.skipped_steps << std::setw(13) << scale << "   ";
+        << r.skipped_steps << std::setw(13) << scale << std::setw(11)
+        << (std::isnan(r.median_grad_norm) ? std::string("-") : format("%.3g", r.median_grad_norm))
+        << std::setw(9) << r.clipped_steps << "   ";
     if (r.flush_measured) {
       out << format("%5.2f%%", 100.0 * r.flushed_share()) << " (" << r.flushed_grads << " of "
           << r.nonzero_grads << " non-zero)";
@@ -92,7 +95,7 @@ void print_fp8_table(std::ostream& out, const std::vector<RunResult>& runs) {
 
 void write_log_csv(const std::string& path, const std::vector<RunResult>& runs) {
   std::ofstream f = open_for_writing(path);
-  f << "step,run,loss,scale,skipped,flushed_share\n";
+  f << "step,run,loss,scale,skipped,flushed_share,grad_norm\n";
   for (const RunResult& r : runs) {
     for (const StepRecord& s : r.steps) {
       f << s.step << ',' << r.key << ',' << s.loss << ',' << s.scale << ',' << (s.skipped ? 1 : 0)
@@ -102,7 +105,7 @@ void write_log_csv(const std::string& path, const std::vector<RunResult>& runs) 
       } else {
         f << "nan";
       }
-      f << '\n';
+      f << ',' << s.grad_norm << '\n';
     }
   }
   if (!f) throw std::runtime_error("cannot write '" + path + "'");
@@ -110,7 +113,8 @@ void write_log_csv(const std::string& path, const std::vector<RunResult>& runs) 
 
 void write_summary_csv(const std::string& path, const std::vector<RunResult>& runs) {
   std::ofstream f = open_for_writing(path);
-  f << "run,final_loss,skipped_steps,final_scale,flushed_share,flushed,nonzero,overflowed\n";
+  f << "run,final_loss,skipped_steps,final_scale,flushed_share,flushed,nonzero,overflowed,"
+       "median_grad_norm,clipped_steps\n";
   for (const RunResult& r : runs) {
     f << r.key << ',' << r.final_loss << ',' << r.skipped_steps << ',' << r.final_scale << ',';
     if (r.flush_measured) {
@@ -118,7 +122,8 @@ void write_summary_csv(const std::string& path, const std::vector<RunResult>& ru
     } else {
       f << "nan";
     }
-    f << ',' << r.flushed_grads << ',' << r.nonzero_grads << ',' << r.overflowed_grads << '\n';
+    f << ',' << r.flushed_grads << ',' << r.nonzero_grads << ',' << r.overflowed_grads << ','
+      << r.median_grad_norm << ',' << r.clipped_steps << '\n';
   }
   if (!f) throw std::runtime_error("cannot write '" + path + "'");
 }

@@ -20,6 +20,9 @@ struct StepRecord {
   /// its blocks' scales, 2^(127 - e) for E8M0 exponent e; no scaling: 1). 0 elsewhere.
   double fp8_grad_scale_min = 0;
   double fp8_grad_scale_max = 0;  ///< see fp8_grad_scale_min
+  /// The total gradient norm before clipping (unscaled); NaN when clipping is off, inf/NaN on a
+  /// step the scaler skipped.
+  double grad_norm = 0;
 };
 
 /// One run: its name, its steps and the numbers of the table.
@@ -41,6 +44,9 @@ struct RunResult {
   std::int64_t flushed_grads = 0;     ///< of those, elements fp16 (fp8) rounding turned into zero
   std::int64_t overflowed_grads = 0;  ///< of those, elements fp16 rounding turned into inf
   double seconds = 0;
+  /// The median of the steps' grad_norm over the steps that were not skipped (NaN: no clipping).
+  double median_grad_norm = 0;
+  std::int64_t clipped_steps = 0;  ///< steps whose grad_norm exceeded max_norm
 
   /// flushed_grads / nonzero_grads (0 when nothing was measured).
   double flushed_share() const {

@@ -46,6 +46,9 @@ struct TrainConfig {
   /// The scaled run's GradScaler growth_interval. Shorter than PyTorch's 2000 so that a demo of
   /// 1000 steps shows the scale growing and backing off.
   std::int64_t growth_interval = 40;
+  /// Every run clips its gradients to this total norm, as PyTorch's AMP recipe does
+  /// (GradScaler::clip_grad_norm_: unscale_ + clip_grad_norm_); 0: no clipping.
+  double max_norm = 1.0;
 };
 
 /// Trains a fresh model (weights drawn from config.seed) on `data` and records every step.

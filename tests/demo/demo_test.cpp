@@ -24,9 +24,12 @@ struct Row {
   double final_scale = NAN;
   double flushed_share = NAN;
   double nonzero = NAN;
+  double median_grad_norm = NAN;
+  double clipped_steps = NAN;
 };
 
-// summary.csv: run,final_loss,skipped_steps,final_scale,flushed_share,flushed,nonzero,overflowed
+// summary.csv: run,final_loss,skipped_steps,final_scale,flushed_share,flushed,nonzero,overflowed,
+// median_grad_norm,clipped_steps
 std::map<std::string, Row> read_summary(const std::string& path) {
   std::map<std::string, Row> rows;
   std::ifstream in(path);
@@ -37,13 +40,15 @@ std::map<std::string, Row> read_summary(const std::string& path) {
     std::string cell;
     std::vector<std::string> c;
     while (std::getline(cells, cell, ',')) c.push_back(cell);
-    if (c.size() != 8) continue;
+    if (c.size() != 10) continue;
     Row r;
     r.final_loss = std::stod(c[1]);
     r.skipped_steps = std::stod(c[2]);
     r.final_scale = std::stod(c[3]);
     r.flushed_share = std::stod(c[4]);
     r.nonzero = std::stod(c[6]);
+    r.median_grad_norm = std::stod(c[8]);
+    r.clipped_steps = std::stod(c[9]);
     rows[c[0]] = r;
   }
   return rows;
@@ -134,23 +139,38 @@ TEST_F(DemoSummaryTest, OverflowsAreSkippedAndBackedOff) {
   std::ifstream log(std::string(MIXPREC_DEMO_TEST_OUT) + "/log.csv");
   ASSERT_TRUE(log) << "log.csv missing";
   std::string line;
-  std::getline(log, line);        // header: step,run,loss,scale,skipped,flushed_share
+  std::getline(log, line);        // header: step,run,loss,scale,skipped,flushed_share,grad_norm
   double previous_scale = 65536;  // init_scale
   int skipped = 0;
   while (std::getline(log, line)) {
     std::vector<std::string> c;
     std::stringstream ss(line);
     for (std::string cell; std::getline(ss, cell, ',');) c.push_back(cell);
-    ASSERT_EQ(c.size(), 6u) << line;
+    ASSERT_EQ(c.size(), 7u) << line;
     if (c[1] != "fp16_scaled") continue;
     const double scale = std::stod(c[3]);
     if (c[4] == "1") {
       ++skipped;
       EXPECT_EQ(scale, previous_scale / 2) << "skipped step " << c[0] << " did not back off";
+      EXPECT_FALSE(std::isfinite(std::stod(c[6]))) << "a skipped step's norm is inf or NaN";
     }
     previous_scale = scale;
   }
   EXPECT_EQ(skipped, scaled().skipped_steps);
+}
+
+// Every run clips (PyTorch's recipe): the norms are finite and the scaled fp16 run's match the
+// fp32 run's (the scaler unscales before the norm), while fp16 without scaling loses most of its.
+TEST_F(DemoSummaryTest, EveryRunReportsItsUnscaledGradNorm) {
+  for (const auto& [name, r] : rows_) {
+    EXPECT_TRUE(std::isfinite(r.median_grad_norm)) << name;
+    EXPECT_GE(r.median_grad_norm, 0.0) << name;  // fp8 without scaling may flush them all
+    EXPECT_GE(r.clipped_steps, 0.0) << name;
+  }
+  EXPECT_GT(fp32().median_grad_norm, 0.0);
+  EXPECT_GT(bf16().median_grad_norm, 0.0);
+  EXPECT_GT(scaled().median_grad_norm, 0.5 * fp32().median_grad_norm);
+  EXPECT_LT(scaled().median_grad_norm, 2.0 * fp32().median_grad_norm);
 }
 
 TEST_F(DemoSummaryTest, WritesTheStepLog) {
@@ -158,7 +178,7 @@ TEST_F(DemoSummaryTest, WritesTheStepLog) {
   ASSERT_TRUE(log) << "log.csv missing";
   std::string header;
   std::getline(log, header);
-  EXPECT_EQ(header, "step,run,loss,scale,skipped,flushed_share");
+  EXPECT_EQ(header, "step,run,loss,scale,skipped,flushed_share,grad_norm");
   int rows = 0;
   for (std::string line; std::getline(log, line);) ++rows;
   EXPECT_EQ(rows, static_cast<int>(kRuns) * 300);  // runs x --steps 300 (see CMakeLists.txt)
