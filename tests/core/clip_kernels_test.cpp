@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -182,7 +183,9 @@ TEST(ClipKernelsTest, NormOf64MFloatsIsWithinOneMillionthOfFp64) {
   const double rel = std::fabs(std::sqrt(out) - std::sqrt(static_cast<double>(want))) /
                      std::sqrt(static_cast<double>(want));
   EXPECT_LT(rel, 1e-6);
-  RecordProperty("relative_error", std::to_string(rel));
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3e", rel);
+  RecordProperty("relative_error", text);
 }
 
 TEST(ClipKernelsTest, InfCheckReadsTheStoredBitsAndTheNormTheProducts) {
