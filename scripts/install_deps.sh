@@ -33,7 +33,7 @@ COMMON=(
   cmake ninja-build g++ pkg-config git
   libgtest-dev libgmock-dev
   libbenchmark-dev
-  libhwy-dev
+  libhwy-dev librandom123-dev
   zlib1g-dev
   gnuplot-nox
   python3 iproute2

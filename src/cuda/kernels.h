@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "mixprec/core/clip_kernels.h"
+#include "mixprec/core/fp4.h"
 #include "mixprec/core/fp8.h"
 #include "mixprec/core/optim_kernels.h"
 #include "mixprec/core/scale_policy.h"
@@ -71,6 +72,19 @@ void dequantize_fp8_tiles(const std::uint8_t* q, const float* scale_inv, std::in
                           const TensorView& out, void* stream);
 void delayed_scaling_update(const DelayedTensor* tensors, std::size_t count,
                             const DelayedScaling& rule, void* stream);
+
+// FP4 (src/cuda/fp4.cu): core::quantize_nvfp4_, dequantize_nvfp4_, quantize_mxfp4_,
+// dequantize_mxfp4_ and hadamard16_ on the current device, queued on `stream`; every pointer is
+// device memory (amax too: the kernels read it there).
+void quantize_nvfp4(const TensorView& x, std::int64_t cols, const float* amax, std::uint8_t* q,
+                    std::uint8_t* block_scales, const Nvfp4Options& options, void* stream);
+void dequantize_nvfp4(const std::uint8_t* q, const std::uint8_t* block_scales, const float* amax,
+                      std::int64_t cols, const TensorView& out, void* stream);
+void quantize_mxfp4(const TensorView& x, std::uint8_t* q, std::uint8_t* scales, MxScaleMode mode,
+                    void* stream);
+void dequantize_mxfp4(const std::uint8_t* q, const std::uint8_t* scales, const TensorView& out,
+                      void* stream);
+void hadamard16(const TensorView& x, std::uint16_t* out, void* stream);
 
 /// Number of CUDA devices visible (0 when there is no driver or device); never throws.
 int device_count();
