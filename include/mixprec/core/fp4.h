@@ -64,8 +64,9 @@ MIXPREC_HOST_DEVICE inline float e2m1_to_float(std::uint8_t code) {
 /// the E2M1 values around |v| (0.5 below 2, 1 below 4, 2 below 6), the magnitude is
 /// min(floor((|v| + u * step) / step) * step, 6) with v's sign. mixprec evaluates it exactly
 /// (|v| / step split into whole and fraction, the fraction compared with 1 - u), so the CPU and
-/// the CUDA kernels give the same bits for the same random8. It rounds up with probability
-/// ceil(256 * frac) / 256, within 1/256 of frac: unbiased to step / 256. NaN gives 0x7, as
+/// the CUDA kernels give the same bits for the same random8. It rounds up for floor(256 * frac)
+/// of the 256 bytes (frac = the distance to the value below, in steps): unbiased to within step /
+/// 256, low. NaN gives 0x7, as
 /// float_to_e2m1, and |v| >= 6 (inf included) gives +-6.
 MIXPREC_HOST_DEVICE inline std::uint8_t float_to_e2m1_stochastic(float v, std::uint32_t random8) {
   const std::uint32_t bits = float_to_bits(v);
