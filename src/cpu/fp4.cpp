@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/fp4_ops.h"
+#include "cpu/fp4_simd.h"
 #include "cpu/threads.h"
 
 #if defined(__FAST_MATH__) || defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
@@ -101,6 +102,12 @@ void quantize_nvfp4(const TensorView& x, std::int64_t cols, float amax, std::uin
       encode_e2m1_16(v, nvfp4_block_encode(block_scale, decode_scale),
                      stochastic ? random : nullptr, q + first / 2);
     };
+    if (!options.two_d && !stochastic) {  // the SIMD loop (fp4_simd.cpp)
+      parallel_units(x.numel / 16, bytes_of(x), [&](std::int64_t first, std::int64_t last) {
+        quantize_nvfp4_blocks(x, encode_scale, q, block_scales, first, last);
+      });
+      return;
+    }
     if (!options.two_d) {
       parallel_units(x.numel / 16, bytes_of(x), [&](std::int64_t first, std::int64_t last) {
         for (std::int64_t b = first; b < last; ++b) {
@@ -152,18 +159,8 @@ void dequantize_nvfp4(const std::uint8_t* q, const std::uint8_t* block_scales, f
 }
 
 void quantize_mxfp4(const TensorView& x, std::uint8_t* q, std::uint8_t* scales, MxScaleMode mode) {
-  with_loader(x, [&](const auto& load) {
-    parallel_units(x.numel / 32, bytes_of(x), [&](std::int64_t first, std::int64_t last) {
-      for (std::int64_t b = first; b < last; ++b) {
-        float v[32];
-        for (int i = 0; i < 32; ++i) v[i] = load(b * 32 + i);
-        const std::uint8_t e = mxfp4_block_exponent(amax_propagate(v, 32), mode);
-        scales[b] = e;
-        const float multiplier = mxfp4_element_multiplier(e, mode);
-        encode_e2m1_16(v, multiplier, nullptr, q + b * 16);
-        encode_e2m1_16(v + 16, multiplier, nullptr, q + b * 16 + 8);
-      }
-    });
+  parallel_units(x.numel / 32, bytes_of(x), [&](std::int64_t first, std::int64_t last) {
+    quantize_mxfp4_blocks(x, mode, q, scales, first, last);  // the SIMD loop (fp4_simd.cpp)
   });
 }
 
