@@ -88,7 +88,7 @@ fuzz() {
     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -march=native -DHWY_COMPILE_ONLY_STATIC=1" >/dev/null
   # fuzz_scaler_archive (LibTorch's own torch::load reader) is left out: LibTorch crashes on it
   # (docs/testing.md, tests/fuzz/crashes_libtorch/).
-  local targets=(fuzz_unscale fuzz_update_rule fuzz_dequantize_mxfp8 fuzz_state_dict
+  local targets=(fuzz_unscale fuzz_update_rule fuzz_dequantize_mxfp8 fuzz_dequantize_fp4 fuzz_state_dict
                  fuzz_pickle_load fuzz_load_checkpoint fuzz_c_load_state_dict fuzz_torch_save)
   cmake --build build-fuzz -j "$JOBS" --target "${targets[@]}"
   # Each run is single-threaded: JOBS of them at a time, each on a copy of its corpus.

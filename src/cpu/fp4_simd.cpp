@@ -116,7 +116,6 @@ void QuantizeNvfp4Blocks(const TensorView& x, float encode_scale, std::uint8_t* 
         using DF = typename Src::DF;
         const DF df;
         const hn::RebindToSigned<DF> di;
-        const hn::RebindToUnsigned<DF> du;
         constexpr auto kLanes = static_cast<int>(hn::MaxLanes(DF()));
         auto running = hn::Zero(di);
         for (int k = 0; k < 16; k += kLanes) {
