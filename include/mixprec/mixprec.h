@@ -13,7 +13,8 @@
 #include "mixprec/telemetry.h"
 #include "mixprec/torch_version.h"
 
-#if MIXPREC_TORCH_FP8  // LibTorch >= 2.1: float8 dtypes (mixprec/fp8.h refuses older ones)
+#if MIXPREC_TORCH_FP8  // LibTorch >= 2.1: float8 dtypes (fp8.h and fp4.h refuse older ones)
+#include "mixprec/fp4.h"
 #include "mixprec/fp8.h"
 #endif
 

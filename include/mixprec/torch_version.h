@@ -16,6 +16,9 @@
 /// LibTorch 2.1: float8 dtypes (at::kFloat8_e4m3fn, at::kFloat8_e5m2), and so mixprec/fp8.h
 /// (CMakeLists.txt builds its sources from the same version: MIXPREC_WITH_FP8).
 #define MIXPREC_TORCH_FP8 MIXPREC_TORCH_AT_LEAST(2, 1)
+/// LibTorch 2.8: the packed 4-bit dtype at::kFloat4_e2m1fn_x2 (pytorch/pytorch#148791; 2.7.1 has
+/// none), mixprec/fp4.h's packed data; before it, that data is at::kByte.
+#define MIXPREC_TORCH_FLOAT4 MIXPREC_TORCH_AT_LEAST(2, 8)
 /// LibTorch 2.2: CPU autocast takes float16 (1.13 knows only bfloat16).
 #define MIXPREC_TORCH_CPU_FP16_AUTOCAST MIXPREC_TORCH_AT_LEAST(2, 2)
 /// LibTorch 2.4: the autocast functions take a DeviceType (set_autocast_enabled(device, on), ...)
