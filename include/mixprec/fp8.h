@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "mixprec/fp4.h"
 #include "mixprec/torch_version.h"
 
 #if !MIXPREC_TORCH_FP8
@@ -102,6 +103,13 @@ enum class Scaling {
   kNone,     ///< scale 1 everywhere: FP8 without scaling, for comparison (as enabled(false))
   kRowwise,  ///< torchao ROWWISE: the current rule per row of each GEMM operand (E4M3)
   kBlockwise,  ///< TE Float8BlockScaling: 1x128 tiles (activations, gradients), 128x128 (weights)
+  /// TE NVFP4BlockScaling (4-bit E2M1, mixprec/fp4.h): E4M3 scales per block of 16 under a
+  /// per-tensor fp32 scale; weights in 16x16 tiles, the weight-gradient GEMM's operands through
+  /// the random Hadamard transform, gradients stochastically rounded (the disable_* options).
+  kNvfp4,
+  /// MXFP4 (torchao's to_mx with float4_e2m1fn_x2): E2M1 elements, an E8M0 scale per block of 32
+  /// (mx_scale_mode). Transformer Engine has no MXFP4 recipe.
+  kMxfp4,
 };
 
 /// Which format each tensor is cast to.
@@ -134,6 +142,17 @@ struct RecipeOptions {
   /// length, nor gives a current scale of 1, nor turns an MX block into NaN. kPropagate is
   /// torchao's (x.abs().max()). docs/fp8.md compares them.
   TORCH_ARG(NanAmax, nan_amax) = NanAmax::kIgnore;
+  /// NVFP4: no random Hadamard transform on the weight-gradient GEMM's operands (TE's option).
+  TORCH_ARG(bool, disable_rht) = false;
+  /// NVFP4: gradients rounded to nearest even instead of stochastically (TE's option).
+  TORCH_ARG(bool, disable_stochastic_rounding) = false;
+  /// NVFP4: weights in 1x16 blocks instead of 16x16 tiles (TE's option).
+  TORCH_ARG(bool, disable_2d_quantization) = false;
+  /// NVFP4 stochastic rounding: the Philox key. Each rounded cast takes the next counter offset,
+  /// so a run is reproducible from its seed, on the CPU and CUDA alike (core::Nvfp4Options).
+  TORCH_ARG(std::uint64_t, seed) = 0;
+  /// MXFP4: how a block's E8M0 exponent is chosen (torchao's default: FLOOR).
+  TORCH_ARG(fp4::MxScaleMode, mx_scale_mode) = fp4::MxScaleMode::kFloor;
 };
 
 namespace detail {

@@ -53,6 +53,8 @@ at::ScalarType scalar_type(pk::Dtype d, const std::string& where) {
 #endif
 #if MIXPREC_TORCH_AT_LEAST(2, 7)
     case pk::Dtype::kFloat8_e8m0fnu: return at::kFloat8_e8m0fnu;
+#endif
+#if MIXPREC_TORCH_FLOAT4  // LibTorch 2.8's, not 2.7's
     case pk::Dtype::kFloat4_e2m1fn_x2: return at::kFloat4_e2m1fn_x2;
 #endif
     default:
