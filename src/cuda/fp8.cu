@@ -164,35 +164,27 @@ __global__ void delayed_update_kernel(DelayedBatch batch, DelayedScaling rule) {
 
 // Tile scaling: one block per tile (grid-stride over the tiles, block-uniform), the tile's amax
 // reduced over the block, the scale of the current rule computed by thread 0 and shared, then
-// the codes.
+// the codes (each thread's share: fp8_elements.cuh, run on the host by
+// tests/cuda/fp8_tiles_element_test.cpp).
 template <DType kType, Fp8Format kFormat>
 __global__ void __launch_bounds__(kFp8Threads)
     quantize_tiles_kernel(const typename Fp8Io<kType>::Storage* x, std::int64_t rows,
                           std::int64_t cols, std::int64_t th, std::int64_t tc, std::int64_t tiles,
                           std::uint8_t* q, float* scale_inv, CurrentScaling rule) {
-  __shared__ float tile_scale;
+  __shared__ float tile_scale_shared;
   const bool skip_nan = rule.nan == NanAmax::kIgnore;
-  const std::int64_t per_row = (cols + tc - 1) / tc;
   for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const std::int64_t r0 = t / per_row * th, c0 = t % per_row * tc;
-    const std::int64_t h = (r0 + th < rows ? th : rows - r0), w = (c0 + tc < cols ? tc : cols - c0);
-    std::uint32_t bits = 0;
-    for (std::int64_t k = threadIdx.x; k < h * w; k += blockDim.x) {
-      const std::int64_t i = (r0 + k / w) * cols + c0 + k % w;
-      bits = max_bits(bits, amax_candidate(Fp8Io<kType>::load(x[i]), skip_nan));
-    }
-    bits = block_max(bits);
+    const TileSpan span = tile_span(t, rows, cols, th, tc);
+    const std::uint32_t bits =
+        block_max(tile_amax_share<kType>(x, cols, span, threadIdx.x, blockDim.x, skip_nan));
     if (threadIdx.x == 0) {
-      tile_scale = current_scale(bits_to_float(canonical_amax_bits(bits)), fp8_max(kFormat), rule);
-      scale_inv[t] = 1.0f / tile_scale;
+      tile_scale_shared = tile_scale<kFormat>(bits, rule);
+      scale_inv[t] = 1.0f / tile_scale_shared;
     }
     __syncthreads();
-    const float s = tile_scale;
-    for (std::int64_t k = threadIdx.x; k < h * w; k += blockDim.x) {
-      const std::int64_t i = (r0 + k / w) * cols + c0 + k % w;
-      q[i] = float_to_fp8_bits(cpu_mul(Fp8Io<kType>::load(x[i]), s), kFormat);
-    }
-    __syncthreads();  // tile_scale and block_max's shared memory are reused by the next tile
+    tile_quantize_share<kType, kFormat>(x, cols, span, tile_scale_shared, q, threadIdx.x,
+                                        blockDim.x);
+    __syncthreads();  // the shared scale and block_max's shared memory are reused by the next tile
   }
 }
 
@@ -203,8 +195,7 @@ __global__ void __launch_bounds__(kFp8Threads)
                             std::int64_t n) {
   const std::int64_t per_row = (cols + tc - 1) / tc;
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
-    const std::int64_t t = i / cols / th * per_row + i % cols / tc;
-    out[i] = Fp8Io<kType>::store(cpu_mul(fp8_bits_to_float(q[i], kFormat), scale_inv[t]));
+    out[i] = tile_dequantize_element<kType, kFormat>(q, scale_inv, i, cols, th, tc, per_row);
   }
 }
 

@@ -275,6 +275,70 @@ MIXPREC_HOST_DEVICE inline std::int64_t mx_scale_index(std::int64_t i, std::int6
   return row * per_row + (i - row * cols) / kMxBlock;
 }
 
+// ---- Tiles: one CUDA block per tile, its threads striding over the tile's elements ------------
+
+/// Where tile t of a row-major [rows, cols] tensor cut into th x tc tiles lies: tiles numbered
+/// row-major, ceil(cols / tc) to a row of tiles, those at the bottom and right edges smaller.
+struct TileSpan {
+  std::int64_t r0, c0;  ///< its first row and column
+  std::int64_t h, w;    ///< its rows and columns
+};
+MIXPREC_HOST_DEVICE inline TileSpan tile_span(std::int64_t t, std::int64_t rows, std::int64_t cols,
+                                              std::int64_t th, std::int64_t tc) {
+  const std::int64_t per_row = (cols + tc - 1) / tc;
+  const std::int64_t r0 = t / per_row * th, c0 = t % per_row * tc;
+  return {r0, c0, r0 + th < rows ? th : rows - r0, c0 + tc < cols ? tc : cols - c0};
+}
+
+/// The tensor index of element k (row-major inside the tile) of a tile.
+MIXPREC_HOST_DEVICE inline std::int64_t tile_element(const TileSpan& span, std::int64_t cols,
+                                                     std::int64_t k) {
+  return (span.r0 + k / span.w) * cols + span.c0 + k % span.w;
+}
+
+/// A thread's share of a tile's amax: the max of amax_candidate over the tile's elements first,
+/// first + stride, ... (0 for an empty share).
+template <DType kType>
+MIXPREC_HOST_DEVICE std::uint32_t tile_amax_share(const typename Fp8Io<kType>::Storage* x,
+                                                  std::int64_t cols, const TileSpan& span,
+                                                  std::int64_t first, std::int64_t stride,
+                                                  bool skip_nan) {
+  std::uint32_t bits = 0;
+  for (std::int64_t k = first; k < span.h * span.w; k += stride) {
+    bits = max_bits(bits,
+                    amax_candidate(Fp8Io<kType>::load(x[tile_element(span, cols, k)]), skip_nan));
+  }
+  return bits;
+}
+
+/// A tile's scale from the max of its threads' shares: the current rule on the amax (a NaN amax
+/// as 0x7fc00000, Note [NaN bits of the CUDA FP8 kernels]).
+template <Fp8Format kFormat>
+MIXPREC_HOST_DEVICE float tile_scale(std::uint32_t amax_bits, const CurrentScaling& rule) {
+  return current_scale(bits_to_float(canonical_amax_bits(amax_bits)), fp8_max(kFormat), rule);
+}
+
+/// A thread's share of a tile's codes: elements first, first + stride, ... times the tile's scale.
+template <DType kType, Fp8Format kFormat>
+MIXPREC_HOST_DEVICE void tile_quantize_share(const typename Fp8Io<kType>::Storage* x,
+                                             std::int64_t cols, const TileSpan& span, float scale,
+                                             std::uint8_t* q, std::int64_t first,
+                                             std::int64_t stride) {
+  for (std::int64_t k = first; k < span.h * span.w; k += stride) {
+    const std::int64_t i = tile_element(span, cols, k);
+    q[i] = float_to_fp8_bits(cpu_mul(Fp8Io<kType>::load(x[i]), scale), kFormat);
+  }
+}
+
+/// Tile dequantize of element i: its code times its tile's scale_inv (per_row = ceil(cols / tc)).
+template <DType kType, Fp8Format kFormat>
+MIXPREC_HOST_DEVICE typename Fp8Io<kType>::Storage tile_dequantize_element(
+    const std::uint8_t* q, const float* scale_inv, std::int64_t i, std::int64_t cols,
+    std::int64_t th, std::int64_t tc, std::int64_t per_row) {
+  const std::int64_t t = i / cols / th * per_row + i % cols / tc;
+  return Fp8Io<kType>::store(cpu_mul(fp8_bits_to_float(q[i], kFormat), scale_inv[t]));
+}
+
 // ---- The delayed update: tensors by value in the kernel's parameters ---------------------------
 
 constexpr int kDelayedPerLaunch = 96;  ///< tensors per launch (40 bytes each: 4 KiB of parameters)
