@@ -17,6 +17,8 @@
 #   GTEST_SOURCE_DIR      GoogleTest sources (default /usr/src/googletest when present)
 #   BENCHMARK_SOURCE_DIR  Google Benchmark sources (no default)
 #   HWY_SOURCE_DIR        Highway sources, for a machine without libhwy-dev (no default)
+#   RANDOM123_INCLUDE_DIR the folder holding Random123/ (header-only), for a machine without
+#                         librandom123-dev (no default; passed as MIXPREC_RANDOM123_INCLUDE_DIR)
 #     Both are built with the wheel's _GLIBCXX_USE_CXX11_ABI (wheels before torch 2.7 use 0) and
 #     installed into the build folder; without them the system packages are used when the ABI
 #     allows it (ABI 1), otherwise the stages that need them fail with a clear message.
@@ -202,6 +204,10 @@ gtest_src="${GTEST_SOURCE_DIR:-}"
 [[ -z "$gtest_src" && -f /usr/src/googletest/CMakeLists.txt ]] && gtest_src=/usr/src/googletest
 bench_src="${BENCHMARK_SOURCE_DIR:-}"
 hwy_src="${HWY_SOURCE_DIR:-}"
+random123_dir="${RANDOM123_INCLUDE_DIR:-}"
+# Absolute: CMake would keep a relative cache path as given.
+[[ -n "$random123_dir" ]] && random123_dir="$(cd "$random123_dir" && pwd)"
+env_lines+=("- Random123 headers (FP4 kernels): ${random123_dir:-system}")
 deps_prefix="$build/_deps/prefix"
 targets=(mixprec_cuda_tests mixprec_cuda_ieee_check mixprec_gpu_tests seed_example_3
   mixprec_gpu_differential)
@@ -254,7 +260,7 @@ deps() {
   echo "dependencies ready in $deps_prefix"
 }
 mkdir -p "$build"
-export py build deps_prefix abi jobs gtest_src bench_src hwy_src root torch_prefix nvcc CUDA_ARCH logs out
+export py build deps_prefix abi jobs gtest_src bench_src hwy_src random123_dir root torch_prefix nvcc CUDA_ARCH logs out
 export -f build_dep deps
 stage dependencies 150 "GoogleTest from ${gtest_src:-system}, Highway from ${hwy_src:-system}, Google Benchmark from ${bench_src:-system}" -- deps
 ((with_bench)) || record benchmark-deps FAIL 0 "$no_bench_reason"
@@ -267,7 +273,8 @@ configure() {
     -DCMAKE_PREFIX_PATH="$deps_prefix;$torch_prefix" \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
     -DCUDAToolkit_ROOT="$cuda_root" -DCUDA_TOOLKIT_ROOT_DIR="$cuda_root" \
-    -DMIXPREC_WITH_DISTRIBUTED=OFF || return 1
+    -DMIXPREC_WITH_DISTRIBUTED=OFF \
+    ${random123_dir:+"-DMIXPREC_RANDOM123_INCLUDE_DIR=$random123_dir"} || return 1
   # MIXPREC_WITH_CUDA is left to its default, as in the test suite's CUDA stage and for a user:
   # ON with a CUDA LibTorch and nvcc. The point of the check: it must be ON here.
   grep -q "MIXPREC_WITH_CUDA ON" "$logs/configure.log" || {

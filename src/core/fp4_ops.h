@@ -106,16 +106,32 @@ MIXPREC_HOST_DEVICE inline void encode_e2m1_16(const float* v, float encode,
   }
 }
 
-/// Decodes 8 packed bytes into 16 floats, each E2M1 value times `decode` (one rounding).
+// Note [NaN bits of the FP4 kernels]
+// A product or sum that is NaN has no portable bits: an x86 core returns a NaN operand quieted
+// (the first of two, in whichever order the compiler put them) and makes 0xffc00000 from inf * 0
+// or inf - inf, an AArch64 core makes 0x7fc00000, and a CUDA device returns 0x7fffffff for all of
+// them. Dequantize makes NaN from an E8M0 scale of 255 and, under an amax of inf, from inf times a
+// zero code or scale; the RHT from a NaN or +-inf in its input. decode_e2m1_16 and hadamard16
+// therefore give every NaN as the one quiet NaN 0x7fc00000 (bfloat16 0x7fc0), with integer code,
+// so that the CPU and CUDA kernels agree bit for bit on any machine.
+
+/// v, or the quiet NaN 0x7fc00000 when v is any NaN (Note [NaN bits of the FP4 kernels]).
+MIXPREC_HOST_DEVICE inline float quiet_nan_if_nan(float v) {
+  return (float_to_bits(v) & 0x7fffffffu) > 0x7f800000u ? bits_to_float(0x7fc00000u) : v;
+}
+
+/// Decodes 8 packed bytes into 16 floats, each E2M1 value times `decode` (one rounding; a NaN
+/// product as 0x7fc00000, Note [NaN bits of the FP4 kernels]).
 MIXPREC_HOST_DEVICE inline void decode_e2m1_16(const std::uint8_t* q, float decode, float* v) {
   for (int i = 0; i < 8; ++i) {
-    v[2 * i] = e2m1_to_float(q[i] & 0xfu) * decode;
-    v[2 * i + 1] = e2m1_to_float(static_cast<std::uint8_t>(q[i] >> 4)) * decode;
+    v[2 * i] = quiet_nan_if_nan(e2m1_to_float(q[i] & 0xfu) * decode);
+    v[2 * i + 1] = quiet_nan_if_nan(e2m1_to_float(static_cast<std::uint8_t>(q[i] >> 4)) * decode);
   }
 }
 
 /// The RHT of one run of 16 (mixprec/core/fp4.h, hadamard16_): v is rounded to bfloat16 and
-/// signed, a 4-stage float32 butterfly (Sylvester's ordering), times 1/4, rounded to bfloat16.
+/// signed, a 4-stage float32 butterfly (Sylvester's ordering), times 1/4, rounded to bfloat16 (a
+/// NaN as 0x7fc0, Note [NaN bits of the FP4 kernels]).
 MIXPREC_HOST_DEVICE inline void hadamard16(const float* in, std::uint16_t* out) {
   float v[16];
   for (int i = 0; i < 16; ++i) {
@@ -131,7 +147,7 @@ MIXPREC_HOST_DEVICE inline void hadamard16(const float* in, std::uint16_t* out) 
       }
     }
   }
-  for (int i = 0; i < 16; ++i) out[i] = float_to_bf16_bits(v[i] * 0.25f);
+  for (int i = 0; i < 16; ++i) out[i] = float_to_bf16_bits(quiet_nan_if_nan(v[i] * 0.25f));
 }
 
 }  // namespace mixprec::core
