@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mixprec/core/fp8.h"  // core::amax_
+#include "torch/fp8/fp4_detail.h"
 #include "torch/views.h"
 
 namespace mixprec::fp4 {
@@ -105,9 +106,17 @@ void check_scales(const at::Tensor& scales, const at::Tensor& data, at::ScalarTy
 // ---- NVFP4 --------------------------------------------------------------------------------------
 
 Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, bool two_d) {
+  core::Nvfp4Options rule;  // round to nearest even, no RHT (api.md)
+  rule.two_d = two_d;
+  return detail::quantize_nvfp4(x, rule);
+}
+
+namespace detail {
+
+Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, const core::Nvfp4Options& rule) {
   constexpr const char* kWho = "fp4::quantize_nvfp4";
   const at::Tensor input = checked_input(x, core::kNvfp4Block, "NVFP4", kWho);
-  if (two_d) {
+  if (rule.two_d) {
     // Tiles per matrix of the last two dimensions: the core's 16-row bands of the flattened
     // rows are those tiles when the second-to-last dimension is a multiple of 16.
     TORCH_CHECK(x.dim() >= 2, kWho,
@@ -124,8 +133,6 @@ Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, bool two_d) {
       at::zeros({1}, options.dtype(at::kFloat))};
   if (input.numel() == 0) return out;
   const core::TensorView view = mixprec::detail::to_view(input, kWho);
-  core::Nvfp4Options rule;  // round to nearest even, no RHT (api.md)
-  rule.two_d = two_d;
   float* amax = out.amax.data_ptr<float>();
   mixprec::detail::on_device(x.device(), [&](void* stream) {
     core::amax_(view, amax, stream, core::NanAmax::kIgnore);  // TE's kernels skip NaN (fmaxf)
@@ -134,6 +141,19 @@ Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, bool two_d) {
   });
   return out;
 }
+
+at::Tensor hadamard16(const at::Tensor& x) {
+  constexpr const char* kWho = "fp4::hadamard16";
+  const at::Tensor input = checked_input(x, core::kNvfp4Block, "RHT", kWho);
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+  if (input.numel() == 0) return out;
+  const core::TensorView view = mixprec::detail::to_view(input, kWho);
+  auto* y = static_cast<std::uint16_t*>(out.data_ptr());
+  mixprec::detail::on_device(x.device(), [&](void* stream) { core::hadamard16_(view, y, stream); });
+  return out;
+}
+
+}  // namespace detail
 
 at::Tensor dequantize_nvfp4(const Nvfp4Tensor& q, at::ScalarType out_dtype) {
   constexpr const char* kWho = "fp4::dequantize_nvfp4";

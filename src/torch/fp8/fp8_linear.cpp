@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mixprec/fp8.h"
+#include "torch/fp8/fp4_detail.h"
 #include "torch/fp8/fp8_state.h"
 
 #if defined(MIXPREC_TORCH_CUDA) && MIXPREC_TORCH_AT_LEAST(2, 5)
@@ -75,6 +76,9 @@ struct Plan : torch::CustomClassHolder {
   bool power_of_2 = false;  // rowwise, blockwise
   double eps = 0.0;         // rowwise (blockwise: TE's amax_epsilon, 0)
   core::Fp8Format grad_format = core::Fp8Format::kE4M3;
+  fp4::MxScaleMode mx_mode = fp4::MxScaleMode::kFloor;     // MXFP4
+  bool rht = true, stochastic = true, two_d = true;        // NVFP4 (TE's disable_* options)
+  std::uint64_t seed = 0;                                  // NVFP4 stochastic rounding
   at::Tensor amax_history, scale, scale_inv;  // the module's buffers
   at::ScalarType compute_dtype = at::kFloat;  // the input's dtype
   at::ScalarType weight_dtype = at::kFloat, bias_dtype = at::kFloat;
@@ -112,6 +116,8 @@ Cast cast(const Plan& plan, const at::Tensor& x, int column, core::Fp8Format for
     case Scaling::kMxfp8:
     case Scaling::kRowwise:
     case Scaling::kBlockwise:
+    case Scaling::kNvfp4:
+    case Scaling::kMxfp4:
       break;
   }
   TORCH_INTERNAL_ASSERT(false, "fp8::Linear: no per-tensor cast for a block-scaled recipe");
@@ -180,16 +186,47 @@ at::Tensor fp8_mm(const Cast& a, bool ta, const Cast& b, bool tb, at::ScalarType
 }
 
 bool block_scaled(Scaling s) {
-  return s == Scaling::kMxfp8 || s == Scaling::kRowwise || s == Scaling::kBlockwise;
+  return s == Scaling::kMxfp8 || s == Scaling::kRowwise || s == Scaling::kBlockwise ||
+         s == Scaling::kNvfp4 || s == Scaling::kMxfp4;
 }
 
 /// A GEMM operand cast with scales per block along its last dimension, the GEMM's reduction
-/// dimension: MXFP8 blocks of 32 (E8M0 scales), rows (rowwise: one float32 scale_inv per row), or
-/// TE's tiles (blockwise: 1 x 128 for activations and gradients, 128 x 128 for weights).
+/// dimension: MXFP8 blocks of 32 (E8M0 scales), rows (rowwise: one float32 scale_inv per row),
+/// TE's tiles (blockwise: 1 x 128 for activations and gradients, 128 x 128 for weights), or the
+/// 4-bit formats (NVFP4: E4M3 block scales and the per-tensor amax; MXFP4: E8M0 block scales).
 struct BlockCast {
   at::Tensor data, scales;
   std::int64_t tile_rows = 1, tile_cols = 1;
+  at::Tensor amax = {};  // NVFP4's per-tensor amax
 };
+
+/// Which operand a cast is of, for the NVFP4 recipe's choices (TE's quantization.py).
+enum class Role { kActivation, kWeight, kGradient };
+
+// Note [The NVFP4 recipe's casts]
+// As TE's NVFP4BlockScaling: activations and gradients in 1x16 blocks, weights in 16x16 tiles
+// (one scale for both directions, so the weight's transposed copy has the same codes), gradients
+// stochastically rounded. The weight-gradient GEMM, grad^T @ x reduced over the batch, reads both
+// operands' columnwise copies through the random Hadamard transform along the batch: (g H)(x H)^T
+// = g x^T as H H^T = I, so the product needs no inverse transform, and the transform spreads an
+// outlier over 16 elements before the 4-bit cast. Every copy is cast from the high-precision
+// tensor (TE's reference_nvfp4.py), never from another cast.
+BlockCast fp4_cast(const Plan& plan, const at::Tensor& t, Role role, bool columnwise) {
+  if (plan.scaling == Scaling::kMxfp4) {
+    fp4::Mxfp4Tensor m = fp4::quantize_mxfp4(t, plan.mx_mode);
+    return {std::move(m.data), std::move(m.scales)};
+  }
+  core::Nvfp4Options rule;
+  rule.two_d = role == Role::kWeight && plan.two_d;
+  rule.stochastic = role == Role::kGradient && plan.stochastic;
+  if (rule.stochastic) {
+    rule.seed = plan.seed;
+    rule.offset = plan.state->next_offset();
+  }
+  const bool rht = columnwise && role != Role::kWeight && plan.rht;
+  fp4::Nvfp4Tensor n = fp4::detail::quantize_nvfp4(rht ? fp4::detail::hadamard16(t) : t, rule);
+  return {std::move(n.data), std::move(n.block_scales), 1, 1, std::move(n.amax)};
+}
 
 /// The tiles of a rowwise or blockwise operand with `cols` columns.
 std::pair<std::int64_t, std::int64_t> tiles_of(const Plan& plan, std::int64_t cols, bool weight) {
@@ -197,7 +234,11 @@ std::pair<std::int64_t, std::int64_t> tiles_of(const Plan& plan, std::int64_t co
   return {weight ? 128 : 1, 128};
 }
 
-BlockCast block_cast(const Plan& plan, const at::Tensor& t, bool weight) {
+BlockCast block_cast(const Plan& plan, const at::Tensor& t, Role role, bool columnwise = false) {
+  const bool weight = role == Role::kWeight;
+  if (plan.scaling == Scaling::kNvfp4 || plan.scaling == Scaling::kMxfp4) {
+    return fp4_cast(plan, t, role, columnwise);
+  }
   if (plan.scaling == Scaling::kMxfp8) {
     MxTensor m = quantize_mxfp8(t, at::kFloat8_e4m3fn, plan.nan_amax);
     return {std::move(m.data), std::move(m.scales)};
@@ -210,14 +251,17 @@ BlockCast block_cast(const Plan& plan, const at::Tensor& t, bool weight) {
 
 /// A cast saved in forward (its data and scales), with its tiles.
 BlockCast saved_cast(const Plan& plan, const at::Tensor& data, const at::Tensor& scales,
-                     bool weight) {
-  if (plan.scaling == Scaling::kMxfp8) return {data, scales};
+                     const at::Tensor& amax, bool weight) {
+  if (plan.scaling == Scaling::kMxfp8 || plan.scaling == Scaling::kMxfp4) return {data, scales};
+  if (plan.scaling == Scaling::kNvfp4) return {data, scales, 1, 1, amax};
   const auto [rows, cols] = tiles_of(plan, data.size(-1), weight);
   return {data, scales, rows, cols};
 }
 
 at::Tensor block_dequantize(const Plan& plan, const BlockCast& c, at::ScalarType dtype) {
   if (plan.scaling == Scaling::kMxfp8) return dequantize_mxfp8({c.data, c.scales}, dtype);
+  if (plan.scaling == Scaling::kNvfp4) return fp4::dequantize_nvfp4({c.data, c.scales, c.amax}, dtype);
+  if (plan.scaling == Scaling::kMxfp4) return fp4::dequantize_mxfp4({c.data, c.scales}, dtype);
   return dequantize_tiled({c.data, c.scales, c.tile_rows, c.tile_cols}, dtype);
 }
 
@@ -235,13 +279,14 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
       // Blocks along the reduction dim of each GEMM (TE's rowwise / columnwise copies):
       // forward reduces over in_features; backward's grad_input over out_features (weight^T
       // blocks) and grad_weight over the batch (input^T blocks), saved only when needed.
-      const BlockCast xr = block_cast(*plan, x, false), wr = block_cast(*plan, weight, true);
+      const BlockCast xr = block_cast(*plan, x, Role::kActivation);
+      const BlockCast wr = block_cast(*plan, weight, Role::kWeight);
       y = at::linear(block_dequantize(*plan, xr, dtype), block_dequantize(*plan, wr, dtype),
                      bias_c);
       BlockCast xc, wc;
-      if (plan->weight_grad) xc = block_cast(*plan, x.t(), false);
-      if (plan->input_grad) wc = block_cast(*plan, weight.t(), true);
-      ctx->save_for_backward({xc.data, xc.scales, wc.data, wc.scales});
+      if (plan->weight_grad) xc = block_cast(*plan, x.t(), Role::kActivation, true);
+      if (plan->input_grad) wc = block_cast(*plan, weight.t(), Role::kWeight, true);
+      ctx->save_for_backward({xc.data, xc.scales, wc.data, wc.scales, xc.amax, wc.amax});
     } else {
       const Cast cx = cast(*plan, x, kInput, core::Fp8Format::kE4M3);
       const Cast cw = cast(*plan, weight, kWeight, core::Fp8Format::kE4M3);
@@ -274,14 +319,18 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     if (block_scaled(plan->scaling)) {
       if (need_x) {
-        const at::Tensor g = block_dequantize(*plan, block_cast(*plan, grad, false), dtype);
-        grad_input =
-            g.mm(block_dequantize(*plan, saved_cast(*plan, saved[2], saved[3], true), dtype).t());
+        const at::Tensor g =
+            block_dequantize(*plan, block_cast(*plan, grad, Role::kGradient), dtype);
+        grad_input = g.mm(
+            block_dequantize(*plan, saved_cast(*plan, saved[2], saved[3], saved[5], true), dtype)
+                .t());
       }
       if (need_w) {
-        const at::Tensor gt = block_dequantize(*plan, block_cast(*plan, grad.t(), false), dtype);
-        grad_weight =
-            gt.mm(block_dequantize(*plan, saved_cast(*plan, saved[0], saved[1], false), dtype).t());
+        const at::Tensor gt =
+            block_dequantize(*plan, block_cast(*plan, grad.t(), Role::kGradient, true), dtype);
+        grad_weight = gt.mm(
+            block_dequantize(*plan, saved_cast(*plan, saved[0], saved[1], saved[4], false), dtype)
+                .t());
       }
     } else if (need_x || need_w) {
       const Cast cg = cast(*plan, grad, kGradOutput, plan->grad_format);
@@ -398,6 +447,11 @@ at::Tensor LinearImpl::forward(const at::Tensor& input) {
   plan->power_of_2 = detail::power_of_2(opts);
   plan->eps = opts.scaling() == Scaling::kRowwise ? opts.eps() : 0.0;
   plan->grad_format = detail::grad_format(opts);
+  plan->mx_mode = opts.mx_scale_mode();
+  plan->rht = !opts.disable_rht();
+  plan->stochastic = !opts.disable_stochastic_rounding();
+  plan->two_d = !opts.disable_2d_quantization();
+  plan->seed = opts.seed();
   plan->amax_history = amax_history;
   plan->scale = scale;
   plan->scale_inv = scale_inv;

@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <set>
@@ -87,11 +89,17 @@ struct RecipeState {
   /// whose collective throws]).
   void restore(std::vector<DelayedEntry> taken);
 
+  /// NVFP4 stochastic rounding: the Philox counter offset of the next rounded cast (each cast
+  /// takes its own, so no two draw the same bits; the same order of casts on every rank gives
+  /// every rank the same offsets).
+  std::uint64_t next_offset() { return offset_.fetch_add(1, std::memory_order_relaxed); }
+
   /// The amax reduction, or an empty function.
   std::function<void(at::Tensor&)> reduction();
   void set_reduction(std::function<void(at::Tensor&)> reduce);
 
  private:
+  std::atomic<std::uint64_t> offset_{0};
   std::mutex mutex_;
   std::function<void(at::Tensor&)> reduce_;
   std::vector<DelayedEntry> entries_;
