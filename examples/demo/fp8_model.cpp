@@ -8,8 +8,9 @@
 
 namespace mixprec_demo {
 
-Fp8MlpImpl::Fp8MlpImpl(MlpImpl& source, double output_scale, std::int64_t amax_history_len)
-    : output_scale_(output_scale) {
+Fp8MlpImpl::Fp8MlpImpl(MlpImpl& source, double output_scale, std::int64_t amax_history_len,
+                       bool fp4)
+    : output_scale_(output_scale), fp4_(fp4) {
   torch::NoGradGuard no_grad;
   const auto from = source.named_parameters();
   for (int i = 0; i <= MlpImpl::kHiddenLayers; ++i) {
@@ -30,7 +31,10 @@ Fp8MlpImpl::Fp8MlpImpl(MlpImpl& source, double output_scale, std::int64_t amax_h
 torch::Tensor Fp8MlpImpl::forward(const torch::Tensor& x) {
   torch::Tensor h = x;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i]->forward(h);
+    // 4-bit runs: the first and last layers in fp32 (plain linear: no cast), see the constructor.
+    const bool high_precision = fp4_ && (i == 0 || i + 1 == layers_.size());
+    h = high_precision ? torch::linear(h, layers_[i]->weight, layers_[i]->bias)
+                       : layers_[i]->forward(h);
     if (h.requires_grad()) {
       torch::Tensor* slot = &grad_outputs_[i];
       h.register_hook([slot](const torch::Tensor& g) { *slot = g; });
@@ -46,6 +50,8 @@ void Fp8MlpImpl::count_flushed(const mixprec::fp8::Recipe& recipe, FlushCounter*
   torch::NoGradGuard no_grad;
   const fp8::RecipeOptions& o = recipe.options();
   const bool mx = o.scaling() == fp8::Scaling::kMxfp8;
+  const bool nvfp4 = o.scaling() == fp8::Scaling::kNvfp4;
+  const bool mxfp4 = o.scaling() == fp8::Scaling::kMxfp4;
   const bool tiled =
       o.scaling() == fp8::Scaling::kRowwise || o.scaling() == fp8::Scaling::kBlockwise;
   const at::ScalarType grad_dtype = !mx && !tiled && o.format() == fp8::Format::kHybrid
@@ -59,7 +65,17 @@ void Fp8MlpImpl::count_flushed(const mixprec::fp8::Recipe& recipe, FlushCounter*
     torch::Tensor back;  // the FP8 grad_output as the layer's GEMMs read it
     double lo = 1;
     double hi = 1;
-    if (tiled) {
+    if (nvfp4 || mxfp4) {
+      if (i == 0 || i + 1 == layers_.size()) continue;  // fp32 layers: nothing cast
+      // The weight gradient's cast: blocks along the batch (fp8_linear.cpp), rounded to nearest.
+      const torch::Tensor gt = g.t().contiguous();
+      if (nvfp4) {
+        back = mixprec::fp4::dequantize_nvfp4(mixprec::fp4::quantize_nvfp4(gt), torch::kFloat).t();
+      } else {
+        const mixprec::fp4::Mxfp4Tensor q = mixprec::fp4::quantize_mxfp4(gt, o.mx_scale_mode());
+        back = mixprec::fp4::dequantize_mxfp4(q, torch::kFloat).t();
+      }
+    } else if (tiled) {
       // The weight gradient's cast, as fp8_linear.cpp makes it: g^T's rows (rowwise: one scale
       // per row, torchao's; blockwise: tiles of 1 x 128, TE's), power-of-two scales.
       const torch::Tensor gt = g.t().contiguous();

@@ -91,7 +91,12 @@ int run(const mixprec_demo::Options& o) {
                         "on dequantized values")
               << "\n";
     kinds.insert(kinds.end(), {RunKind::kFp8None, RunKind::kFp8Delayed, RunKind::kFp8Current,
-                               RunKind::kFp8Mxfp8, RunKind::kFp8Rowwise, RunKind::kFp8Blockwise});
+                               RunKind::kFp8Mxfp8, RunKind::kFp8Rowwise, RunKind::kFp8Blockwise,
+                               RunKind::kFp4Nvfp4, RunKind::kFp4Mxfp4});
+    std::cout << "fp4: the same, with E2M1 elements (NVFP4: TE's recipe, E4M3 scales per 16, "
+                 "16x16 weight tiles, the RHT and stochastic rounding on the gradients; MXFP4: "
+                 "E8M0 scales per 32, FLOOR) on the hidden layers; the first and last layers, "
+                 "whose 8 inputs and 1 output are no whole 4-bit block, stay fp32 (docs/fp4.md)\n";
   } else {
     std::cout << "fp8 runs: left out: this LibTorch (" TORCH_VERSION
                  ") has no float8 dtypes (LibTorch >= 2.1 has)\n";
@@ -106,7 +111,7 @@ int run(const mixprec_demo::Options& o) {
   print_table(std::cout, runs);
   std::cout << "(final loss: MSE of the final weights over all samples, computed in fp32; "
                "flushed: gradient elements non-zero in fp32 that became 0 when stored in fp16"
-            << (fp8_run_supported() ? ", or when cast to fp8 at a layer's grad_output" : "")
+            << (fp8_run_supported() ? ", or when cast to fp8 (fp4) at a layer's grad_output" : "")
             << ", over all steps)\n\n";
   if (fp8_run_supported()) {
     print_fp8_table(std::cout, runs);

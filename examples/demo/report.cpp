@@ -41,6 +41,8 @@ void print_table(std::ostream& out, const std::vector<RunResult>& runs) {
                               : r.key == "fp8_mxfp8"     ? "per block"
                               : r.key == "fp8_rowwise"   ? "per row"
                               : r.key == "fp8_blockwise" ? "per tile"
+                              : r.key == "fp4_nvfp4"     ? "per block"
+                              : r.key == "fp4_mxfp4"     ? "per block"
                               : r.key == "fp8_none"      ? "none"
                                                          : "per tensor";
     out << std::left << std::setw(19) << r.name << std::right << std::setw(12)
@@ -75,7 +77,9 @@ void print_fp8_table(std::ostream& out, const std::vector<RunResult>& runs) {
     out << std::left << std::setw(19) << r.name << std::right << std::setw(10)
         << (std::isnan(ratio) ? std::string("-") : format("%.2fx", ratio)) << "   ";
     const StepRecord* last = r.steps.empty() ? nullptr : &r.steps.back();
-    if (last == nullptr || last->fp8_grad_scale_max <= 0) {
+    if (r.key == "fp4_nvfp4" || r.key == "fp4_mxfp4") {
+      out << "- (linear0 is fp32 in the 4-bit runs)";
+    } else if (last == nullptr || last->fp8_grad_scale_max <= 0) {
       out << "-";
     } else if (r.key == "fp8_mxfp8" || r.key == "fp8_rowwise" || r.key == "fp8_blockwise") {
       out << format("2^%.0f", std::log2(last->fp8_grad_scale_min))

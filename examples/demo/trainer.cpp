@@ -80,14 +80,20 @@ RunNames names(RunKind kind) {
       return {"fp8 rowwise", "fp8_rowwise"};
     case RunKind::kFp8Blockwise:
       return {"fp8 blockwise", "fp8_blockwise"};
+    case RunKind::kFp4Nvfp4:
+      return {"fp4 NVFP4", "fp4_nvfp4"};
+    case RunKind::kFp4Mxfp4:
+      return {"fp4 MXFP4", "fp4_mxfp4"};
   }
   return {"?", "?"};
 }
 
+bool is_fp4(RunKind kind) { return kind == RunKind::kFp4Nvfp4 || kind == RunKind::kFp4Mxfp4; }
+
 bool is_fp8(RunKind kind) {
   return kind == RunKind::kFp8None || kind == RunKind::kFp8Delayed ||
          kind == RunKind::kFp8Current || kind == RunKind::kFp8Mxfp8 ||
-         kind == RunKind::kFp8Rowwise || kind == RunKind::kFp8Blockwise;
+         kind == RunKind::kFp8Rowwise || kind == RunKind::kFp8Blockwise || is_fp4(kind);
 }
 
 #if MIXPREC_TORCH_FP8
@@ -99,6 +105,8 @@ mixprec::fp8::RecipeOptions recipe_options(RunKind kind) {
                           : kind == RunKind::kFp8Current   ? Scaling::kCurrent
                           : kind == RunKind::kFp8Rowwise   ? Scaling::kRowwise
                           : kind == RunKind::kFp8Blockwise ? Scaling::kBlockwise
+                          : kind == RunKind::kFp4Nvfp4     ? Scaling::kNvfp4
+                          : kind == RunKind::kFp4Mxfp4     ? Scaling::kMxfp4
                                                            : Scaling::kMxfp8;
   return mixprec::fp8::RecipeOptions().scaling(scaling);
 }
@@ -138,7 +146,7 @@ RunResult train(const Dataset& data, RunKind kind, const TrainConfig& config) {
   mixprec::fp8::Recipe recipe(fp8_options);
   Fp8Mlp fp8_model{nullptr};
   if (result.fp8) {
-    fp8_model = Fp8Mlp(*model, config.output_scale, fp8_options.amax_history_len());
+    fp8_model = Fp8Mlp(*model, config.output_scale, fp8_options.amax_history_len(), is_fp4(kind));
     parameters = fp8_model->parameters();
   }
 #endif

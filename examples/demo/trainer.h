@@ -22,6 +22,8 @@ enum class RunKind {
   kFp8Mxfp8,      ///< fp8::Scaling::kMxfp8 (E8M0 scale per block of 32)
   kFp8Rowwise,    ///< fp8::Scaling::kRowwise (torchao ROWWISE: a scale per row of each operand)
   kFp8Blockwise,  ///< fp8::Scaling::kBlockwise (TE Float8BlockScaling: 1x128 / 128x128 tiles)
+  kFp4Nvfp4,      ///< fp8::Scaling::kNvfp4 (TE NVFP4BlockScaling: E2M1, E4M3 scales per 16)
+  kFp4Mxfp4,      ///< fp8::Scaling::kMxfp4 (torchao MXFP4: E2M1, E8M0 scales per 32)
 };
 
 /// Whether this build can train the FP8 runs (LibTorch >= 2.1: float8 dtypes, mixprec/fp8.h).
