@@ -8,6 +8,7 @@
 #include <hwy/foreach_target.h>  // must come before highway.h
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -20,25 +21,27 @@ namespace mixprec::core::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The E2M1 codes of v's lanes in 32-bit lanes: core::float_to_e2m1 lane by lane. Each boundary
-// compare gives a mask of all ones (-1 as an integer), and subtracting it counts the boundaries
-// passed: the magnitude code. NaN lanes become 0x7.
+// The E2M1 codes of v's lanes in 32-bit lanes: core::float_to_e2m1 lane by lane, in integer
+// arithmetic as core::float_to_fp8_bits does it for FP8. |v| >= 1 (E2M1's normal range): the float
+// bits rebiased to E2M1's exponent and rounded to one mantissa bit, to nearest even, by an add of
+// 2^21 - 1 plus the kept bit; |v| < 1 (E2M1's subnormals 0 and 0.5, or 1 by rounding up): 2|v|
+// rounded to an integer by the FPU's add of 2^23. Past 6 (inf included) the code is clamped to
+// 7; NaN lanes become 0x7; the sign is v's.
 template <class DF>
 HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> e2m1_codes(DF df, hn::Vec<DF> v) {
   const hn::RebindToSigned<DF> di;
   const auto bits = hn::BitCast(di, v);
   const auto magnitude_bits = hn::And(bits, hn::Set(di, 0x7fffffff));
-  const auto a = hn::BitCast(df, magnitude_bits);
-  const auto passed = [&](auto mask) HWY_ATTR { return hn::BitCast(di, hn::VecFromMask(df, mask)); };
-  // A tree of adds (the negated count), not a chain: the boundaries are independent.
-  const auto low = hn::Add(hn::Add(passed(hn::Gt(a, hn::Set(df, 0.25f))),
-                                   passed(hn::Ge(a, hn::Set(df, 0.75f)))),
-                           hn::Add(passed(hn::Gt(a, hn::Set(df, 1.25f))),
-                                   passed(hn::Ge(a, hn::Set(df, 1.75f)))));
-  const auto high = hn::Add(hn::Add(passed(hn::Gt(a, hn::Set(df, 2.5f))),
-                                    passed(hn::Ge(a, hn::Set(df, 3.5f)))),
-                            passed(hn::Gt(a, hn::Set(df, 5.0f))));
-  auto code = hn::Neg(hn::Add(low, high));
+  // Normal: the exponent field rebiased from 127 to E2M1's 1 (code = e << 1 | m).
+  const auto odd = hn::And(hn::ShiftRight<22>(magnitude_bits), hn::Set(di, 1));
+  const auto normal = hn::ShiftRight<22>(
+      hn::Add(hn::Add(magnitude_bits, hn::Set(di, -(126 << 23) + (1 << 21) - 1)), odd));
+  // Subnormal: 2|v| + 2^23 rounds to an integer; its low bits are it.
+  const auto twice = hn::Add(hn::Mul(hn::BitCast(df, magnitude_bits), hn::Set(df, 2.0f)),
+                             hn::Set(df, 8388608.0f));
+  const auto subnormal = hn::Sub(hn::BitCast(di, twice), hn::Set(di, 0x4b000000));
+  auto code = hn::IfThenElse(hn::Lt(magnitude_bits, hn::Set(di, 0x3f800000)), subnormal, normal);
+  code = hn::Min(code, hn::Set(di, 7));
   code = hn::Or(code, hn::And(hn::ShiftRight<28>(bits), hn::Set(di, 8)));  // the sign bit
   return hn::IfThenElse(hn::Gt(magnitude_bits, hn::Set(di, 0x7f800000)), hn::Set(di, 7), code);
 }
@@ -84,55 +87,80 @@ HWY_INLINE void encode_block(const Src& src, std::int64_t begin, float encode, s
   }
 }
 
-// Note [NVFP4 scales in vector lanes]
-// A block's scale is computed in all lanes of a vector at once (the block's amax broadcast by
-// MaxOfLanes) with the vector E4M3 conversion of the FP8 kernels: the operations of
-// nvfp4_block_scale, so the same bits, without a scalar E4M3 conversion and its branches. The
-// encode factor depends only on the scale's code: nvfp4_block_encode is computed once per code and
-// call (256 divisions), and a block looks its own up.
-
 // Whether the SIMD path applies: fixed-length vectors of 2 to 16 lanes (a whole number per block).
 template <class Src>
 constexpr bool kFixedLanes = !HWY_HAVE_SCALABLE && hn::MaxLanes(typename Src::DF()) >= 2 &&
                              16 % hn::MaxLanes(typename Src::DF()) == 0;
 
+// Note [NVFP4 blocks in three passes]
+// Done block by block, each block's work is one long chain (its amax, reduced across lanes, then
+// its scale, its encode factor, then the codes), and too few blocks fit in the core's reorder
+// window to hide it: the loop ran at 0.65x the 4:1 memory loop. So a chunk of kChunk blocks (4 KB
+// of float32, in L1) goes in three passes of short independent chains: the blocks' amaxes; their
+// scale codes, a vector of blocks at a time (core::nvfp4_block_scale in lanes, with the vector E4M3
+// cast of the FP8 kernels), and their encode factors (nvfp4_block_encode, computed once per code
+// and call: 256 divisions); then the codes of each block with its factor. The results are those
+// of the rules, bit for bit (the tests run every compiled target).
+constexpr std::int64_t kChunk = 64;  // blocks of 16: a multiple of every vector's lane count
+
 void QuantizeNvfp4Blocks(const TensorView& x, float encode_scale, std::uint8_t* q,
                          std::uint8_t* block_scales, std::int64_t first, std::int64_t last) {
   const float decode_scale = 1.0f / encode_scale;
+  float encode_of[256];
+  for (int c = 0; c < 256; ++c) {
+    encode_of[c] = nvfp4_block_encode(static_cast<std::uint8_t>(c), decode_scale);
+  }
   with_src(x, [&](const auto& src) HWY_ATTR {
     using Src = std::decay_t<decltype(src)>;
-    const typename Src::DF df;
-    const auto factor = hn::Set(df, encode_scale * (1.0f / 6.0f));  // as nvfp4_block_scale
-    // nvfp4_block_encode of each of the 256 scale codes: one division a code, not a block.
-    float encode_of[256];
-    for (int c = 0; c < 256; ++c) {
-      encode_of[c] = nvfp4_block_encode(static_cast<std::uint8_t>(c), decode_scale);
-    }
-    for (std::int64_t b = first; b < last; ++b) {
-      const std::int64_t begin = 16 * b;
-      prefetch_ahead(src, begin, 16);  // See Note [FP8 casts prefetch]
-      if constexpr (kFixedLanes<Src>) {
-        // The scale rule in every lane (Note [NVFP4 scales in vector lanes]).
-        using DF = typename Src::DF;
-        const DF df;
-        const hn::RebindToSigned<DF> di;
-        constexpr auto kLanes = static_cast<int>(hn::MaxLanes(DF()));
-        auto running = hn::Zero(di);
-        for (int k = 0; k < 16; k += kLanes) {
-          auto a = hn::And(hn::BitCast(di, src.Load(df, begin + k)), hn::Set(di, 0x7fffffff));
-          running = hn::Max(running, hn::IfThenElseZero(hn::Lt(a, hn::Set(di, 0x7f800001)), a));
+    if constexpr (kFixedLanes<Src>) {
+      using DF = typename Src::DF;
+      const DF df;
+      const hn::RebindToSigned<DF> di;
+      constexpr auto kLanes = static_cast<int>(hn::MaxLanes(DF()));
+      const hn::ScalableTag<float> dv;  // whole vectors of block amaxes (DF is half for float64)
+      const hn::RebindToSigned<decltype(dv)> dvi;
+      const hn::Rebind<std::uint8_t, decltype(dv)> dv8;
+      const auto factor = hn::Set(dv, encode_scale * (1.0f / 6.0f));  // as nvfp4_block_scale
+      HWY_ALIGN float amax[kChunk];
+      float encode[kChunk];
+      for (std::int64_t chunk = first; chunk < last; chunk += kChunk) {
+        const std::int64_t n = std::min<std::int64_t>(kChunk, last - chunk);
+        for (std::int64_t j = 0; j < n; ++j) {  // 1: the amaxes, NaN skipped
+          const std::int64_t begin = 16 * (chunk + j);
+          auto running = hn::Zero(di);
+          for (int k = 0; k < 16; k += kLanes) {
+            auto a = hn::And(hn::BitCast(di, src.Load(df, begin + k)), hn::Set(di, 0x7fffffff));
+            running = hn::Max(running, hn::IfThenElseZero(hn::Lt(a, hn::Set(di, 0x7f800001)), a));
+          }
+          amax[j] = bits_to_float(static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di, running))));
         }
-        const auto amax = hn::BitCast(df, hn::MaxOfLanes(di, running));
-        const auto max_float = hn::Set(df, kFltMax);
-        const auto code = to_fp8<Fp8Format::kE4M3>(df, hn::Min(hn::Mul(amax, factor), max_float));
-        const auto s = static_cast<std::uint8_t>(hn::GetLane(code));
-        block_scales[b] = s;
-        const auto encode = hn::Set(df, encode_of[s]);
-        for (int k = 0; k < 16; k += kLanes) {
-          store_packed(di, e2m1_codes(df, hn::Mul(src.Load(df, begin + k), encode)),
-                       q + (begin + k) / 2);
+        for (std::int64_t j = n; j < kChunk; ++j) amax[j] = 0.0f;
+        for (std::int64_t j = 0; j < n; j += static_cast<std::int64_t>(hn::Lanes(dv))) {  // 2
+          const auto scaled = hn::Min(hn::Mul(hn::Load(dv, amax + j), factor), hn::Set(dv, kFltMax));
+          const auto codes = hn::BitCast(dvi, to_fp8<Fp8Format::kE4M3>(dv, scaled));
+          HWY_ALIGN std::uint8_t bytes[hn::MaxLanes(dv)];
+          hn::Store(hn::DemoteTo(dv8, codes), dv8, bytes);
+          const std::int64_t m = std::min<std::int64_t>(static_cast<std::int64_t>(hn::Lanes(dv)), n - j);
+          for (std::int64_t k = 0; k < m; ++k) {
+            block_scales[chunk + j + k] = bytes[k];
+            encode[j + k] = encode_of[bytes[k]];
+          }
         }
-      } else {
+        for (std::int64_t j = 0; j < n; ++j) {  // 3: the codes
+          const std::int64_t begin = 16 * (chunk + j);
+          // The lines of the chunk after the next (4 KB past this one's 4 KB ahead): memory
+          // stays busy while this pass computes.
+          prefetch_ahead(src, begin + 16 * kChunk, 16);  // See Note [FP8 casts prefetch]
+          const auto e = hn::Set(df, encode[j]);
+          for (int k = 0; k < 16; k += kLanes) {
+            store_packed(di, e2m1_codes(df, hn::Mul(src.Load(df, begin + k), e)),
+                         q + (begin + k) / 2);
+          }
+        }
+      }
+    } else {
+      for (std::int64_t b = first; b < last; ++b) {
+        const std::int64_t begin = 16 * b;
         float v[16];
         float amax = 0.0f;
         for (int i = 0; i < 16; ++i) {
@@ -142,7 +170,7 @@ void QuantizeNvfp4Blocks(const TensorView& x, float encode_scale, std::uint8_t* 
         }
         const std::uint8_t s = nvfp4_block_scale(amax, encode_scale);
         block_scales[b] = s;
-        const float encode = nvfp4_block_encode(s, decode_scale);
+        const float encode = encode_of[s];
         for (int i = 0; i < 8; ++i) {
           q[begin / 2 + i] = static_cast<std::uint8_t>(float_to_e2m1(v[2 * i] * encode) |
                                                        (float_to_e2m1(v[2 * i + 1] * encode) << 4));

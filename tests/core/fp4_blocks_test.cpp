@@ -328,6 +328,30 @@ TEST(Mxfp4Test, FloorAndRceilFollowTorchaosRulesExactly) {
   });
 }
 
+TEST(Mxfp4Test, TheSimdCastIsTheScalarOneForEveryBf16PatternUpToSix) {
+  // RCEIL blocks whose amax is 6 have the multiplier 1: their codes are the SIMD loop's cast of
+  // the elements themselves, held against float_to_e2m1 (checked against the reference above)
+  // for every bf16 pattern of magnitude <= 6, NaN aside, on every compiled target.
+  std::vector<float> v;
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const float x = ref::from_bits32(b << 16);
+    if (std::isnan(x) || std::fabs(x) > 6.0f) continue;
+    if (v.size() % 32 == 0) v.push_back(6.0f);
+    v.push_back(x);
+  }
+  while (v.size() % 32 != 0) v.push_back(6.0f);
+  const auto n = static_cast<std::int64_t>(v.size());
+  fp8_reference::for_each_backend([&](const std::string& backend) {
+    SCOPED_TRACE(backend);
+    std::vector<std::uint8_t> q(v.size() / 2), s(v.size() / 32);
+    quantize_mxfp4_({v.data(), n, DType::kFloat32}, 32, q.data(), s.data(), MxScaleMode::kRceil);
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(s[i / 32], 127);
+      ASSERT_EQ((q[i / 2] >> (4 * (i % 2))) & 0xf, float_to_e2m1(v[i])) << v[i];
+    }
+  });
+}
+
 TEST(Mxfp4Test, ScaleCodesOfTheSpecTable) {
   // fp4.md: block amax 6 / 7 / inf gives FLOOR 127 / 127 / 253 and RCEIL 127 / 128 / 254; an
   // all-zero block 0; NaN 255.
