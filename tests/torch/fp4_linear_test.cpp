@@ -218,4 +218,20 @@ TEST(Fp4LinearTest, ShapesThatAreNotWholeBlocksAreRefusedWithTheOpsMessage) {
   }
 }
 
+TEST(Fp4LinearTest, DocsExample) {
+  // docs/fp4.md's training example (an excerpt of these lines).
+  torch::manual_seed(17);
+  fp8::Linear model(fp8::LinearOptions(kIn, kOut));
+  const at::Tensor x = torch::randn({kBatch, kIn}), y = torch::randn({kBatch, kOut});
+  at::Tensor loss;
+  mixprec::fp8::Recipe recipe(mixprec::fp8::RecipeOptions().scaling(mixprec::fp8::Scaling::kNvfp4));
+  {
+    mixprec::fp8::Autocast fp4(recipe);
+    loss = torch::mse_loss(model->forward(x), y);
+  }
+  loss.backward();
+  EXPECT_TRUE(model->weight.grad().defined());
+  EXPECT_GT(model->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
 }  // namespace
