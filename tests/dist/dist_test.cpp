@@ -554,6 +554,32 @@ TEST(Fp8LinearDistributedTest, WithoutReductionScalesDiffer) {
   ASSERT_NO_FATAL_FAILURE(expect_all_ok(ranks, 3, "local"));
   EXPECT_NE(lines_of(ranks[0].out, "scale").at(0), lines_of(ranks[1].out, "scale").at(0));
 }
+
+// The NVFP4 recipe's per-tensor amax with the recipe's amax reduction (dist_worker.cpp,
+// run_nvfp4_linear): every rank's forward is the one cast with the max of the ranks' input
+// amaxes, and, the ranks' inputs having different magnitudes, not the one with rank 0's own; the
+// control without the reduction is each rank's own.
+TEST(Nvfp4DistributedTest, PerTensorAmaxIsTheMaxOverTheRanks) {
+  SKIP_WITHOUT_GLOO();
+  for (const std::string reducer : {"world", "none"}) {
+    SCOPED_TRACE(reducer);
+    const auto ranks = run_ranks("nvfp4_linear", 2, reducer, kTimeoutMs, kDeadline, 1);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(ranks[r].exit_code, 0) << "rank " << r << ": " << ranks[r].err;
+      const std::vector<std::string> match = lines_of(ranks[r].out, "match").at(0);
+      ASSERT_EQ(match.size(), 2u) << ranks[r].out;  // global, local
+      if (reducer == "world") {
+        EXPECT_EQ(match[0], "1") << "rank " << r << " did not cast with the max amax";
+      } else {
+        EXPECT_EQ(match[1], "1") << "rank " << r << " did not cast with its own amax";
+      }
+    }
+    // Rank 0's input is the smaller: its global and local casts differ.
+    EXPECT_NE(lines_of(ranks[0].out, "match").at(0)[0], lines_of(ranks[0].out, "match").at(0)[1]);
+    EXPECT_LT(parse_float(lines_of(ranks[0].out, "amax").at(0).at(0)),
+              parse_float(lines_of(ranks[1].out, "amax").at(0).at(0)));
+  }
+}
 #endif  // MIXPREC_DIST_HAVE_FP8
 
 }  // namespace

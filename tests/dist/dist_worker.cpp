@@ -36,7 +36,7 @@ using mixprec::distributed::ProcessGroupPtr;
 
 struct Args {
   // skip | ddp | groups | die | stall | fp8 | fp8_groups | fp8_linear | fp8_linear_nan |
-  // fp8_linear_nan_te
+  // fp8_linear_nan_te | nvfp4_linear
   std::string scenario;
   std::string reducer = "world";  // world | none | dp (groups: only the first group)
   std::string dir;
@@ -274,6 +274,46 @@ std::string run_fp8_linear(const Args& a, const ProcessGroupPtr& world, bool pla
   out += "scale_inv" + hex_list(model->scale_inv) + "\n";
   return out;
 }
+
+// fp8::Linear under the NVFP4 recipe, each rank with an input of its own magnitude, the recipe's
+// amax reduction over the world unless the reducer is "none". The worker measures the max of the
+// ranks' input amaxes G with its own all-reduce, then builds the forward twice from
+// fp4::quantize_nvfp4: with the input's per-tensor amax G (a row [G, 0, ...] appended, so that
+// the op's amax is G; the input's own blocks are its rows) and with its own. It prints which of
+// the two the module's output is, bit for bit: "match <global> <local>" and its amax.
+std::string run_nvfp4_linear(const Args& a, const ProcessGroupPtr& world) {
+  namespace fp4 = mixprec::fp4;
+  namespace fp8 = mixprec::fp8;
+  fp8::Recipe recipe(fp8::RecipeOptions().scaling(fp8::Scaling::kNvfp4));
+  if (a.reducer != "none") recipe.set_amax_reduction(mixprec::distributed::fp8_amax_reduction(world));
+  torch::manual_seed(0);
+  fp8::Linear model(fp8::LinearOptions(32, 32));
+  torch::manual_seed(300 + a.rank);
+  const torch::Tensor x = torch::randn({32, 32}) * (1.0 + 3.0 * a.rank);
+  torch::Tensor y;
+  {
+    fp8::Autocast fp4_scope(recipe);
+    y = model->forward(x.requires_grad_(true));
+  }
+  y.sum().backward();  // the backward casts reduce too: every rank must take part
+  torch::Tensor global = x.detach().abs().max().reshape({1});
+  const float local = global.item<float>();
+  std::vector<torch::Tensor> io{global};
+  world->allreduce(io, c10d::AllreduceOptions{c10d::ReduceOp::MAX})->wait();
+  const auto forward_with = [&](float amax) {
+    torch::Tensor row = torch::zeros({1, 32});
+    row[0][0] = amax;
+    const torch::Tensor q =
+        fp4::dequantize_nvfp4(fp4::quantize_nvfp4(torch::cat({x.detach(), row})), torch::kFloat);
+    const torch::Tensor w = fp4::dequantize_nvfp4(fp4::quantize_nvfp4(model->weight.detach(), true),
+                                                  torch::kFloat);
+    return torch::linear(q.slice(0, 0, 32), w, model->bias.detach());
+  };
+  const bool global_match = forward_with(global.item<float>()).equal(y.detach());
+  const bool local_match = forward_with(local).equal(y.detach());
+  return "match " + std::to_string(global_match) + " " + std::to_string(local_match) + "\namax " +
+         hex(local) + "\n";
+}
 #endif
 
 int run(const Args& a) {
@@ -306,6 +346,14 @@ int run(const Args& a) {
   if (a.scenario == "fp8" || a.scenario == "fp8_groups") {
     write_file(out_path, run_fp8_reduction(a, groups));
     return 0;
+  }
+  if (a.scenario == "nvfp4_linear") {
+#if MIXPREC_TORCH_FP8
+    write_file(out_path, run_nvfp4_linear(a, world));
+    return 0;
+#else
+    throw std::runtime_error("nvfp4_linear needs LibTorch >= 2.1 (float8 dtypes)");
+#endif
   }
   if (a.scenario.rfind("fp8_linear", 0) == 0) {
 #if MIXPREC_TORCH_FP8

@@ -113,7 +113,8 @@ Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, bool two_d) {
 
 namespace detail {
 
-Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, const core::Nvfp4Options& rule) {
+Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, const core::Nvfp4Options& rule,
+                           const std::function<void(at::Tensor&)>& reduce_amax) {
   constexpr const char* kWho = "fp4::quantize_nvfp4";
   const at::Tensor input = checked_input(x, core::kNvfp4Block, "NVFP4", kWho);
   if (rule.two_d) {
@@ -136,6 +137,9 @@ Nvfp4Tensor quantize_nvfp4(const at::Tensor& x, const core::Nvfp4Options& rule) 
   float* amax = out.amax.data_ptr<float>();
   mixprec::detail::on_device(x.device(), [&](void* stream) {
     core::amax_(view, amax, stream, core::NanAmax::kIgnore);  // TE's kernels skip NaN (fmaxf)
+  });
+  if (reduce_amax) reduce_amax(out.amax);  // a collective: every rank casts with the max
+  mixprec::detail::on_device(x.device(), [&](void* stream) {
     core::quantize_nvfp4_(view, x.size(-1), amax, bytes(out.data), bytes(out.block_scales), rule,
                           stream);
   });

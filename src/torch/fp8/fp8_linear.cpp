@@ -224,7 +224,10 @@ BlockCast fp4_cast(const Plan& plan, const at::Tensor& t, Role role, bool column
     rule.offset = plan.state->next_offset();
   }
   const bool rht = columnwise && role != Role::kWeight && plan.rht;
-  fp4::Nvfp4Tensor n = fp4::detail::quantize_nvfp4(rht ? fp4::detail::hadamard16(t) : t, rule);
+  // With an amax reduction set, every cast's per-tensor amax is the max over the ranks (one
+  // all-reduce of one float a cast): the ranks' scales agree, as TE's amax_reduction_group.
+  fp4::Nvfp4Tensor n = fp4::detail::quantize_nvfp4(rht ? fp4::detail::hadamard16(t) : t, rule,
+                                                   plan.state->reduction());
   return {std::move(n.data), std::move(n.block_scales), 1, 1, std::move(n.amax)};
 }
 
