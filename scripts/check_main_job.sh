@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Runs the main job exactly as the README tells a user to (bash scripts/main.sh, default flags)
 # and checks what it must print; called by scripts/test.sh, so a broken first command fails CI.
-# Checks: exit status 0; each seed example's lines equal tests/seed/expected_seed_example_N.txt
-# (and nothing else between the headers); raw_loss_scaler converged and skipped its injected
-# overflow; the demo printed its table, its scaled run skipped at least one step (summary.csv) and
-# tracked fp32 within 5%, its bf16 run tracked fp32 within 5%, and it wrote a PNG plot; its FP8 runs
-# (LibTorch >= 2.1; older LibTorch must say they were left out): fp8 without scaling above
-# FP8_FAIL_FACTOR x bf16's final loss, each recipe (delayed, current, MXFP8, rowwise,
-# blockwise) within a factor FP8_TRACK_FACTOR of it.
-# Usage: scripts/check_main_job.sh [demo flags]   (build folder: build/, or $MIXPREC_BUILD_DIR)
+# Checks: exit status 0; which LibTorch it ran on, said first and last (with MIXPREC_TORCH=system
+# Debian's, with pypi the torch wheel, unset either, Debian's only with the fallback's reason);
+# each seed example's lines equal tests/seed/expected_seed_example_N.txt (and nothing else between
+# the headers); raw_loss_scaler converged and skipped its injected overflow; the demo printed its
+# table, its scaled run skipped at least one step (summary.csv) and tracked fp32 within 5%, fp16
+# without scaling ended at least 2x fp32's loss, its bf16 run tracked fp32 within 5%, and it wrote
+# a PNG plot; fp16 real (under autocast) where that LibTorch has fp16 autocast on the demo's
+# device (CUDA; the CPU from LibTorch 2.2), emulated elsewhere; its FP8 runs (LibTorch >= 2.1;
+# older LibTorch must say they were left out): fp8 without scaling above FP8_FAIL_FACTOR x bf16's
+# final loss, each recipe (delayed, current, MXFP8, rowwise, blockwise) within a factor
+# FP8_TRACK_FACTOR of it; FP4 rows, where the demo prints any, in summary.csv with a finite loss.
+# Usage: scripts/check_main_job.sh [demo flags]   (MIXPREC_TORCH and MIXPREC_BUILD_DIR as main.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log=$(mktemp)
@@ -50,25 +54,68 @@ grep -q "skipped" <<<"$raw" || fail "raw_loss_scaler printed no skipped step"
 grep -q ": converged; 1 step skipped (the injected one: skipped, scale halved)" <<<"$raw" ||
   fail "raw_loss_scaler did not report convergence and one handled overflow"
 
+# Which LibTorch: the first "== LibTorch X: ..." line, and the last line saying the same.
+used=$(grep -m1 "^== LibTorch [0-9][0-9.]*: " "$log" | sed 's/^== //' || true)
+version=$(sed -n 's/^LibTorch \([0-9][0-9.]*\): .*/\1/p' <<<"$used")
+if [[ -z $version ]]; then
+  fail "main.sh did not say which LibTorch it used (a line '== LibTorch X: ...')"
+else
+  [[ $(tail -n1 "$log") == "== the main job ran on $used" ]] ||
+    fail "main.sh's last line does not repeat which LibTorch it used ($used)"
+  case ${MIXPREC_TORCH:-auto} in
+    pypi) [[ $used == *": the PyPI torch wheel ("* ]] ||
+      fail "MIXPREC_TORCH=pypi, but the run used: $used" ;;
+    system) [[ $used == *": Debian's ("*"; MIXPREC_TORCH=system" ]] ||
+      fail "MIXPREC_TORCH=system, but the run used: $used" ;;
+    *) [[ $used == *": the PyPI torch wheel ("* || $used == *": Debian's ("*"; the fallback: "* ]] ||
+      fail "the default run used neither the torch wheel nor, saying why, Debian's: $used" ;;
+  esac
+fi
+# at_least MAJOR MINOR: the LibTorch used is MAJOR.MINOR or newer.
+at_least() {
+  awk -v v="$version" -v M="$1" -v m="$2" \
+    'BEGIN {split(v, p, "."); exit !(v != "" && (p[1] > M || (p[1] == M && p[2] >= m)))}'
+}
+
 grep -q "^run  *final loss  *vs fp32  *skipped  *final scale" "$log" || fail "no demo table"
 for row in "fp32" "fp16 no scaling" "fp16 + GradScaler" "bf16"; do
   grep -q "^$row  " "$log" || fail "the demo table has no '$row' row"
 done
-# The FP8 runs: all four rows (LibTorch >= 2.1), or the line saying why they were left out.
+# fp16: real under autocast where this LibTorch has it on the demo's device (CUDA; the CPU from
+# LibTorch 2.2: mixprec::AutocastGuard::is_supported), else emulated. Default flags only.
+if [[ " $* " != *" --fp16 "* && -n $version ]]; then
+  if grep -q "^fp16: real, under mixprec::AutocastGuard(CUDA, float16)" "$log" || at_least 2 2; then
+    grep -q "^fp16: real, under mixprec::AutocastGuard(\(CPU\|CUDA\), float16)" "$log" ||
+      fail "LibTorch $version has fp16 autocast, but the demo did not say 'fp16: real, ...'"
+    for row in "fp16 no scaling" "fp16 + GradScaler"; do
+      grep -q "^$row  .*- (real fp16: not measurable)$" "$log" ||
+        fail "the '$row' row does not say that real fp16's flushed share is not measurable"
+    done
+  else
+    grep -q "^fp16: EMULATED on the CPU: " "$log" ||
+      fail "LibTorch $version has no fp16 autocast on the CPU, but the demo did not say 'fp16: EMULATED ...'"
+  fi
+fi
+# The FP8 runs: all six rows on LibTorch >= 2.1, else the line saying why they were left out.
 fp8_rows=("fp8 no scaling" "fp8 delayed" "fp8 current" "fp8 MXFP8" "fp8 rowwise" "fp8 blockwise")
 fp8_ran=0
 for row in "${fp8_rows[@]}"; do
   if grep -q "^$row  " "$log"; then fp8_ran=$((fp8_ran + 1)); fi
 done
 left_out=$(grep -c "^fp8 runs: left out: this LibTorch (.*) has no float8 dtypes" "$log" || true)
-if ((fp8_ran == ${#fp8_rows[@]} && left_out == 0)); then
+if [[ -n $version ]] && at_least 2 1; then
+  ((fp8_ran == ${#fp8_rows[@]} && left_out == 0)) ||
+    fail "LibTorch $version has float8, but the demo printed $fp8_ran of the ${#fp8_rows[@]}" \
+      "fp8 rows and $left_out 'fp8 runs: left out' lines"
   grep -q "^fp8 run  *vs bf16" "$log" || fail "the demo printed no fp8 table (vs bf16)"
-elif ((fp8_ran == 0 && left_out == 1)); then
-  :
-else
-  fail "the demo printed $fp8_ran of the ${#fp8_rows[@]} fp8 rows and $left_out 'fp8 runs: left" \
-    "out' lines (expected ${#fp8_rows[@]} and 0 on LibTorch >= 2.1, 0 and 1 before)"
+elif [[ -n $version ]]; then
+  ((fp8_ran == 0 && left_out == 1)) ||
+    fail "LibTorch $version has no float8, but the demo printed $fp8_ran fp8 rows and" \
+      "$left_out 'fp8 runs: left out' lines (expected 0 and 1)"
 fi
+# The FP4 runs (NVFP4, MXFP4), where the demo has them: each table row in summary.csv too.
+# TODO: mandatory (with bounds, as the FP8 rows') once the demo's FP4 rows have landed.
+fp4_rows=$(awk '/^run  *final loss/ {on = 1; next} on && /^$/ {exit} on && tolower($0) ~ /^[^ ]*fp4/' "$log" | wc -l)
 # Measured on LibTorch 2.6 (docs/demo.md, seeds 0-4): fp8 no scaling 194x-385x bf16's final loss,
 # the recipes 1.23x-1.64x (E4M3's 3 mantissa bits in the forward, not range).
 FP8_FAIL_FACTOR=20
@@ -87,6 +134,12 @@ if [[ -f $summary ]]; then
   within "$(ratio fp16_scaled fp32)" 0.05 ||
     fail "fp16 + GradScaler does not match fp32 within 5% ($summary)"
   within "$(ratio bf16 fp32)" 0.05 || fail "bf16 does not match fp32 within 5% ($summary)"
+  if [[ " $* " != *" --target-rms "* && " $* " != *" --csv "* ]]; then
+    r=$(ratio fp16 fp32)
+    awk -v r="$r" 'BEGIN {exit !(r != "" && r >= 2)}' ||
+      fail "fp16 without scaling does not end visibly worse than fp32: ${r:-no row} x its final" \
+        "loss, expected >= 2x ($summary)"
+  fi
   if ((fp8_ran > 0)); then
     r=$(ratio fp8_none bf16)
     awk -v r="$r" -v f="$FP8_FAIL_FACTOR" 'BEGIN {exit !(r != "" && r > f)}' ||
@@ -99,6 +152,11 @@ if [[ -f $summary ]]; then
           "factor $FP8_TRACK_FACTOR ($summary)"
     done
   fi
+  fp4_keys=$(awk -F, 'NR > 1 && tolower($1) ~ /fp4/' "$summary" | wc -l)
+  fp4_finite=$(awk -F, 'NR > 1 && tolower($1) ~ /fp4/ && $2 + 0 > 0 && $2 !~ /nan|inf/' "$summary" | wc -l)
+  ((fp4_keys == fp4_rows && fp4_finite == fp4_keys)) ||
+    fail "the demo printed $fp4_rows FP4 rows; $summary has $fp4_keys FP4 runs, $fp4_finite of" \
+      "them with a finite positive final loss"
 else
   fail "no $summary"
 fi

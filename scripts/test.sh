@@ -6,7 +6,8 @@
 #      ON for mixprec::core's kernels alone when nvcc is installed), and every
 #      CTest test; any skip that tests/expected_skips.txt does not expect here fails the stage
 #      (scripts/lib/check_skips.py prints each skip with its reason),
-#   3. the main job, as a user runs it: scripts/main.sh, checked by scripts/check_main_job.sh,
+#   3. the main job, as a user runs it: scripts/main.sh, checked by scripts/check_main_job.sh, on
+#      stage 2's build (Debian's LibTorch: MIXPREC_TORCH=system; stage 4: the wheel, its default),
 #   4. on Debian 12 (LibTorch 1.13): today's PyTorch, LibTorch 2.15 from the torch wheel on PyPI
 #      (scripts/current_torch_stage.sh): its CUDA build with nvcc 13, Gloo and NCCL, stages 2 and
 #      3 again, the `python` tests against that torch 2.15,
@@ -77,7 +78,10 @@ run_tests() {
 }
 stage "build" build
 stage "ctest" run_tests
-stage "main job (scripts/main.sh)" bash scripts/check_main_job.sh
+# The main job on this stage's LibTorch and build: Debian's here (main.sh's fallback path); the
+# current-PyTorch stage sets MIXPREC_TORCH=pypi, main.sh's default path, on its build.
+stage "main job (scripts/main.sh)" env MIXPREC_TORCH="${MIXPREC_TORCH:-system}" \
+  MIXPREC_BUILD_DIR="$BUILD_DIR" bash scripts/check_main_job.sh
 
 if [[ $codename == bookworm && ${MIXPREC_SKIP_CURRENT_TORCH:-0} != 1 ]]; then
   stage "LibTorch 2.15 (the PyPI torch wheel, CUDA 13, no GPU)" bash scripts/current_torch_stage.sh
