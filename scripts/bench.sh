@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Release benchmarks (unscale-and-check, GradScaler + fused optimizer steps, per-iteration
-# overhead, the FP8 casts, fp8::Linear against a bf16 torch::nn::Linear) and runs them once
+# overhead, the FP8 and FP4 casts, fp8::Linear against a bf16 torch::nn::Linear) and runs them once
 # (JSON), with bench/python_overhead.py where python3-torch >= 2.4 is installed, then prints the
 # ratios of that run.
 # Usage: scripts/bench.sh [extra Google Benchmark flags]; BUILD_DIR and JOBS override the defaults.
@@ -11,7 +11,8 @@ build="${BUILD_DIR:-$root/build-bench}"
 jobs="${JOBS:-2}"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXPREC_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target unscale_benchmark optim_benchmark fp8_benchmark
+cmake --build "$build" -j"$jobs" --target unscale_benchmark optim_benchmark fp8_benchmark \
+  fp4_benchmark
 
 json="$build/unscale_benchmark.json"
 # Interleaved repetitions smooth out a shared machine (load that comes and goes hits every
@@ -27,6 +28,10 @@ fp8_json="$build/fp8_benchmark.json"
   --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   "$@" >"$fp8_json"
 results=("$json" "$optim_json" "$fp8_json")
+# The FP4 casts beside the same 4:1 loop (docs/performance.md, "FP4 casts"): printed as Google
+# Benchmark prints it.
+"$build/bench/fp4_benchmark" --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true \
+  --benchmark_report_aggregates_only=true "$@"
 # fp8::Linear on the CPU beside a bf16 torch::nn::Linear (LibTorch >= 2.1 builds it): printed as
 # Google Benchmark prints it, the two side by side.
 if cmake --build "$build" -j"$jobs" --target fp8_linear_benchmark >/dev/null 2>&1; then
