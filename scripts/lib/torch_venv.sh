@@ -15,7 +15,7 @@
 #                              and TORCH_WHEEL_GPU (1 when torch sees a GPU, else 0). Fails,
 #                              leaving no half-made venv, when pip does (no network, no PyPI).
 #
-# The download: about 3.0 GB of wheels (torch 0.54 GB, the nvidia-* CUDA libraries 2.1 GB, triton
+# The download: about 3.0 GB of wheels (torch 0.54 GB, the nvidia-* CUDA libraries 2.2 GB, triton
 # 0.29 GB; measured 2026-12-08), 5.4 GB once installed (README's Quick start).
 TORCH_VENV=${MIXPREC_TORCH_VENV:-/var/cache/mixprec/torch-current-venv}
 TORCH_VENV_REQUIREMENTS=scripts/lib/current_torch.txt
