@@ -11,7 +11,8 @@
 # device (CUDA; the CPU from LibTorch 2.2), emulated elsewhere; its FP8 runs (LibTorch >= 2.1;
 # older LibTorch must say they were left out): fp8 without scaling above FP8_FAIL_FACTOR x bf16's
 # final loss, each recipe (delayed, current, MXFP8, rowwise, blockwise) within a factor
-# FP8_TRACK_FACTOR of it; FP4 rows, where the demo prints any, in summary.csv with a finite loss.
+# FP8_TRACK_FACTOR of it; from 2.1 also the FP4 rows: NVFP4 within FP4_NVFP4_FACTOR of bf16's
+# final loss, MXFP4 within FP4_MXFP4_FACTOR, NVFP4 the closer.
 # Usage: scripts/check_main_job.sh [demo flags]   (MIXPREC_TORCH and MIXPREC_BUILD_DIR as main.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -113,13 +114,22 @@ elif [[ -n $version ]]; then
     fail "LibTorch $version has no float8, but the demo printed $fp8_ran fp8 rows and" \
       "$left_out 'fp8 runs: left out' lines (expected 0 and 1)"
 fi
-# The FP4 runs (NVFP4, MXFP4), where the demo has them: each table row in summary.csv too.
-# TODO: mandatory (with bounds, as the FP8 rows') once the demo's FP4 rows have landed.
+# The FP4 runs (NVFP4, MXFP4): both rows wherever the FP8 rows are (LibTorch >= 2.1), each in
+# summary.csv too.
 fp4_rows=$(awk '/^run  *final loss/ {on = 1; next} on && /^$/ {exit} on && tolower($0) ~ /^[^ ]*fp4/' "$log" | wc -l)
+if ((fp8_ran > 0)); then
+  ((fp4_rows == 2)) && grep -q "^fp4 NVFP4  " "$log" && grep -q "^fp4 MXFP4  " "$log" ||
+    fail "LibTorch $version has float8, but the demo printed $fp4_rows fp4 rows, not 'fp4 NVFP4'" \
+      "and 'fp4 MXFP4'"
+fi
 # Measured on LibTorch 2.6 (docs/demo.md, seeds 0-4): fp8 no scaling 194x-385x bf16's final loss,
 # the recipes 1.23x-1.64x (E4M3's 3 mantissa bits in the forward, not range).
 FP8_FAIL_FACTOR=20
 FP8_TRACK_FACTOR=2
+# Measured on LibTorch 2.15 (1000 steps, seeds 0-2): NVFP4 2.22x-2.56x bf16's final loss, MXFP4
+# 5.61x-7.07x (FLOOR's scales clip; 4-bit elements flush 12-20% of the gradients' elements).
+FP4_NVFP4_FACTOR=4
+FP4_MXFP4_FACTOR=12
 summary=demo_out/summary.csv
 if [[ -f $summary ]]; then
   # run,final_loss,skipped_steps,final_scale,...
@@ -151,6 +161,18 @@ if [[ -f $summary ]]; then
         fail "$key does not track bf16: ${r:-no row} x its final loss, expected within a" \
           "factor $FP8_TRACK_FACTOR ($summary)"
     done
+  fi
+  if ((fp4_rows > 0)); then
+    r=$(ratio fp4_nvfp4 bf16)
+    awk -v r="$r" -v f="$FP4_NVFP4_FACTOR" 'BEGIN {exit !(r != "" && r > 1 / f && r < f)}' ||
+      fail "fp4_nvfp4 does not track bf16: ${r:-no row} x its final loss, expected within a" \
+        "factor $FP4_NVFP4_FACTOR ($summary)"
+    m=$(ratio fp4_mxfp4 bf16)
+    awk -v r="$m" -v f="$FP4_MXFP4_FACTOR" 'BEGIN {exit !(r != "" && r > 1 / f && r < f)}' ||
+      fail "fp4_mxfp4 does not track bf16: ${m:-no row} x its final loss, expected within a" \
+        "factor $FP4_MXFP4_FACTOR ($summary)"
+    awk -v a="$r" -v b="$m" 'BEGIN {exit !(a != "" && b != "" && a + 0 < b + 0)}' ||
+      fail "NVFP4 (${r:-no row}x bf16) does not end closer to bf16 than MXFP4 (${m:-no row}x)"
   fi
   fp4_keys=$(awk -F, 'NR > 1 && tolower($1) ~ /fp4/' "$summary" | wc -l)
   fp4_finite=$(awk -F, 'NR > 1 && tolower($1) ~ /fp4/ && $2 + 0 > 0 && $2 !~ /nan|inf/' "$summary" | wc -l)
