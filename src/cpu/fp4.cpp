@@ -1,8 +1,9 @@
 // CPU FP4 kernels: cut the tensor into pieces of whole blocks (or 16-row bands of tiles for 2D
-// NVFP4), run them on OpenMP threads, and do each block with the host/device functions of
-// core/fp4_ops.h that the CUDA kernels run too. The loops over a block's 16 or 32 elements are
-// branch-free (core::e2m1_magnitude), so the compiler vectorizes them; the element type is a
-// template parameter, hoisted out of the loops.
+// NVFP4) and run them on OpenMP threads. NVFP4 1D rounded to nearest and MXFP4 run the Highway
+// loops of fp4_simd.cpp; 2D tiles, stochastic rounding, the RHT and the dequantizes run each block
+// with the host/device functions of core/fp4_ops.h that the CUDA kernels run too (portable loops,
+// vectorized only as far as the compiler does; the element type is a template parameter, hoisted
+// out of the loops). Both give the rules' bits (tests/core/fp4_blocks_test.cpp).
 #include "cpu/fp4.h"
 
 #include <algorithm>
